@@ -1,0 +1,183 @@
+"""The SpMM family's custom ops: ``pyg_ioaware::spmm`` and ``pyg_ioaware::sddmm``.
+
+``spmm(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)``
+
+    Y = A X,   A[r, c] = sum of values[e] over CSR entries e = (r, c),
+    Y[r] = sum_{e in row r} values[e] * X[col[e]]           (transpose=False)
+    Y = A^T X, Y[c] = sum_{e: col[e] = c} values[e] * X[row(e)]  (transpose=True)
+
+with A given twice: CSR (rowptr, col, values) of shape [num_rows, X rows]
+and its transpose as CSR (rowptr_t, col_t, values_t), used by backward:
+dX = A^T dY runs as a plain SpMM over the materialized transpose, or, with
+transpose=True, as cuSPARSE's transposed SpMM over A. Rows with no entry
+give zeros. Inputs in float32/float64/float16/bfloat16 (values and x of one
+dtype); accumulation in float32 (float64 for float64), output in x's dtype.
+Differentiable in x and values; the gradient of values is
+``sddmm(rowptr, col, dY, X)``.
+
+``sddmm(rowptr, col, g, x)``: out[e] = <g[row(e)], x[col[e]]> for every CSR
+entry e; not differentiable.
+
+CUDA runs through the native library (cuSPARSE plans cached per structure,
+width and dtype; see spmm_plan). CPU, and CUDA without the native library,
+run the plain-torch implementation, which is the tests' oracle.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor
+
+from .. import _native, config
+from .spmm_plan import PLANS
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _row_of_entries(rowptr: Tensor, nnz: int) -> Tensor:
+    rows = torch.arange(rowptr.numel() - 1, device=rowptr.device)
+    return torch.repeat_interleave(rows, rowptr.diff(), output_size=nnz)
+
+
+def _spmm_torch(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_rows: int,
+                transpose: bool) -> Tensor:
+    acc = _accumulator(x.dtype)
+    row = _row_of_entries(rowptr, col.numel())
+    src, dst = (row, col.long()) if transpose else (col.long(), row)
+    messages = x.index_select(0, src).to(acc) * values.to(acc).unsqueeze(1)
+    out = torch.zeros(num_rows, x.size(1), dtype=acc, device=x.device)
+    return out.index_add_(0, dst, messages).to(x.dtype)
+
+
+def _sddmm_torch(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor) -> Tensor:
+    acc = _accumulator(x.dtype)
+    row = _row_of_entries(rowptr, col.numel())
+    dots = (g.index_select(0, row).to(acc) * x.index_select(0, col.long()).to(acc)).sum(-1)
+    return dots.to(x.dtype)
+
+
+def _native_ready(x: Tensor) -> bool:
+    if _native.library() is not None:
+        return True
+    if not _WARNED["no_native"]:
+        _WARNED["no_native"] = True
+        warnings.warn("pyg_ioaware: the native CUDA library is not available; CUDA tensors use "
+                      "the plain-torch implementation (slower, more memory)")
+    return False
+
+
+_WARNED = {"no_native": False}
+
+
+def _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose):
+    torch._check(x.dim() == 2, lambda: f"spmm: x must be 2-D, got {x.dim()}-D")
+    torch._check(values.dtype == x.dtype,
+                 lambda: f"spmm: values dtype {values.dtype} differs from x dtype {x.dtype}")
+    torch._check(rowptr.dtype == col.dtype, lambda: "spmm: rowptr and col dtypes differ")
+    torch._check(col.size(0) == values.size(0), lambda: "spmm: one value per entry expected")
+    expected_x_rows = rowptr.size(0) - 1 if transpose else rowptr_t.size(0) - 1
+    torch._check(x.size(0) == expected_x_rows,
+                 lambda: f"spmm: x has {x.size(0)} rows, the matrix needs {expected_x_rows}")
+
+
+@torch.library.custom_op("pyg_ioaware::spmm", mutates_args=())
+def spmm(rowptr: Tensor, col: Tensor, values: Tensor, rowptr_t: Tensor, col_t: Tensor,
+         values_t: Tensor, x: Tensor, num_rows: int, transpose: bool = False) -> Tensor:
+    _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)
+    return _spmm_torch(rowptr, col, values, x, num_rows, transpose)
+
+
+@spmm.register_kernel("cuda")
+def _spmm_cuda(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose=False):
+    _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)
+    if not _native_ready(x):
+        return _spmm_torch(rowptr, col, values, x, num_rows, transpose)
+    x = x.contiguous()
+    out = torch.empty(num_rows, x.size(1), dtype=x.dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    if col.numel() == 0 or x.size(0) == 0:
+        return out.zero_()
+    num_cols = x.size(0) if not transpose else num_rows
+    plan = PLANS.get(rowptr, col, values, x, out, num_cols, transpose)
+    plan.run(values.contiguous(), x, out)
+    return out
+
+
+@spmm.register_fake
+def _spmm_fake(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose=False):
+    _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)
+    return x.new_empty(num_rows, x.size(1))
+
+
+def _spmm_setup_context(ctx, inputs, output):
+    rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose = inputs
+    ctx.transpose = transpose
+    ctx.num_x_rows = x.size(0)
+    saved_x = x if ctx.needs_input_grad[2] else None
+    ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t, saved_x)
+
+
+def _spmm_backward(ctx, grad_out):
+    rowptr, col, values, rowptr_t, col_t, values_t, x = ctx.saved_tensors
+    grad_out = grad_out.contiguous()
+    grad_x = grad_values = None
+    if ctx.needs_input_grad[6]:
+        if ctx.transpose:  # Y = A^T X  =>  dX = A dY
+            grad_x = spmm(rowptr, col, values, rowptr_t, col_t, values_t, grad_out,
+                          ctx.num_x_rows, False)
+        elif _backward_uses_transpose():  # dX = A^T dY via cuSPARSE's transposed op
+            grad_x = spmm(rowptr, col, values, rowptr_t, col_t, values_t, grad_out,
+                          ctx.num_x_rows, True)
+        else:  # dX = A^T dY as a plain SpMM over the materialized transpose
+            grad_x = spmm(rowptr_t, col_t, values_t, rowptr, col, values, grad_out,
+                          ctx.num_x_rows, False)
+    if ctx.needs_input_grad[2]:
+        g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
+        grad_values = sddmm(rowptr, col, g, xx)
+    return None, None, grad_values, None, None, None, grad_x, None, None
+
+
+spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup_context)
+
+
+def _backward_uses_transpose() -> bool:
+    return config.spmm_backward == "transpose"
+
+
+@torch.library.custom_op("pyg_ioaware::sddmm", mutates_args=())
+def sddmm(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor) -> Tensor:
+    _check_sddmm_args(rowptr, col, g, x)
+    return _sddmm_torch(rowptr, col, g, x)
+
+
+def _check_sddmm_args(rowptr, col, g, x):
+    torch._check(g.dim() == 2 and x.dim() == 2, lambda: "sddmm: g and x must be 2-D")
+    torch._check(g.size(1) == x.size(1), lambda: "sddmm: g and x widths differ")
+    torch._check(g.dtype == x.dtype, lambda: "sddmm: g and x dtypes differ")
+    torch._check(g.size(0) == rowptr.size(0) - 1, lambda: "sddmm: g needs one row per CSR row")
+
+
+@sddmm.register_kernel("cuda")
+def _sddmm_cuda(rowptr, col, g, x):
+    _check_sddmm_args(rowptr, col, g, x)
+    if not _native_ready(x):
+        return _sddmm_torch(rowptr, col, g, x)
+    g, x = g.contiguous(), x.contiguous()
+    out = torch.empty(col.numel(), dtype=x.dtype, device=x.device)
+    if out.numel() == 0 or x.size(1) == 0:
+        return out.zero_()
+    desc = _native.csr(rowptr, col, None, x.size(0), x.dtype)
+    _native.check(_native.library().pygio_sddmm(
+        desc, g.data_ptr(), x.data_ptr(), x.size(1), out.data_ptr(), x.device.index,
+        _native.stream_of(x)))
+    return out
+
+
+@sddmm.register_fake
+def _sddmm_fake(rowptr, col, g, x):
+    _check_sddmm_args(rowptr, col, g, x)
+    return x.new_empty(col.size(0))
