@@ -19,6 +19,10 @@ Index tensors are int32 while node and edge counts fit, else int64.
 :meth:`Graph.from_input` finds the Graph of a tensor it has seen before
 (same object, same version counter, same node counts) without any graph
 work; the cache holds the tensor weakly, so nothing leaks.
+
+Under torch.compile, building a Graph (and its derived caches) runs
+eagerly (``torch.compiler.disable``); a Graph passed in whose caches are
+filled traces with no graph break.
 """
 from __future__ import annotations
 
@@ -203,10 +207,15 @@ class Graph:
         The result's ``cache["edge_origin"]`` maps each of its CSR entries to
         the input edge id whose weight it carries: the edge itself, the last
         self loop of that node in the input, or -1 (a new loop, which gets
-        the fill value).
+        the fill value). Its ``edge_perm`` indexes its own construction
+        order, not the input edges: carry weights through ``edge_origin``.
         """
-        if "self_loop_graph" in self.cache:
-            return self.cache["self_loop_graph"]
+        if "self_loop_graph" not in self.cache:
+            self.cache["self_loop_graph"] = self._build_self_loop_graph()
+        return self.cache["self_loop_graph"]
+
+    @torch.compiler.disable
+    def _build_self_loop_graph(self) -> "Graph":
         if self.is_bipartite:
             raise ValueError(f"Graph: self loops need a square graph, got num_src={self.num_src}"
                              f" and num_dst={self.num_dst}")
@@ -223,7 +232,6 @@ class Graph:
         origin = torch.cat([input_id[keep], last_loop])
         looped = Graph._build(new_src, new_dst, n, n, None)
         looped.cache["edge_origin"] = origin[looped.edge_perm.long()]
-        self.cache["self_loop_graph"] = looped
         return looped
 
 
@@ -238,6 +246,7 @@ class _GraphCache:
     def __init__(self):
         self._entries: dict[int, dict] = {}
 
+    @torch.compiler.disable
     def lookup(self, adj: Any, num_nodes: NumNodes,
                build: Callable[[Any, NumNodes], Graph]) -> Graph:
         key = id(adj)

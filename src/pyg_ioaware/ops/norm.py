@@ -10,8 +10,8 @@ For a graph with edge weights w (ones when none are given):
 
 Values are computed in float32 (float64 for float64) and returned in the
 requested dtype. Without weights they are cached on the Graph per (mode,
-dtype); with weights they are recomputed on every call, so gradients flow to
-the weights.
+dtype) (computed eagerly under torch.compile); with weights they are
+recomputed on every call, so gradients flow to the weights.
 """
 from __future__ import annotations
 
@@ -48,9 +48,14 @@ def edge_values(graph: Graph, weight_csr: Optional[Tensor], mode: str,
     if weight_csr is None:
         key = ("edge_values", mode, dtype)
         if key not in graph.cache:
-            graph.cache[key] = _compute(graph, None, mode, dtype)
+            graph.cache[key] = _compute_cached(graph, mode, dtype)
         return graph.cache[key]
     return _compute(graph, weight_csr, mode, dtype)
+
+
+@torch.compiler.disable
+def _compute_cached(graph: Graph, mode: str, dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
+    return _compute(graph, None, mode, dtype)
 
 
 def _compute(graph: Graph, weight_csr: Optional[Tensor], mode: str,

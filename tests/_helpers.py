@@ -1,0 +1,56 @@
+"""Helpers shared by the tests: random graphs with the shapes that break
+kernels, error measures and tolerances."""
+import os
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+# Norm-relative error allowed against a float64 reference, per dtype.
+TOLERANCE = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 5e-3,
+             torch.bfloat16: 3e-2}
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64 (0 for two empty tensors)."""
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    assert torch.isfinite(out).all(), "non-finite values in the output"
+    if ref.numel() == 0:
+        return 0.0
+    return ((out - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+
+
+def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int,
+                 hub_degree: int = 0) -> torch.Tensor:
+    """edge_index [2, E] (int64, CPU) with heavy-tailed in-degrees (Zipf over
+    a random node order), ~20% of destinations with no incoming edge, a few
+    self loops (some doubled, square graphs only), duplicate edges, and
+    optionally one hub with ``hub_degree`` extra incoming edges."""
+    gen = torch.Generator().manual_seed(seed)
+    reachable = max(1, int(num_dst * 0.8))
+    order = torch.randperm(num_dst, generator=gen)[:reachable]
+    zipf = 1.0 / torch.arange(1, reachable + 1, dtype=torch.float64) ** 1.1
+    dst = order[torch.multinomial(zipf, num_edges, replacement=True, generator=gen)]
+    src = torch.randint(0, num_src, (num_edges,), generator=gen)
+    parts = [torch.stack([src, dst])]
+    if num_edges > 0:
+        parts.append(parts[0][:, : max(1, num_edges // 10)])  # duplicates
+    if num_src == num_dst and num_dst > 0:
+        loops = order[: max(1, reachable // 10)]
+        parts.append(torch.stack([loops, loops]))
+        parts.append(torch.stack([loops[:2], loops[:2]]))  # doubled loops
+    if hub_degree > 0:
+        hub = order[-1]
+        parts.append(torch.stack([torch.randint(0, num_src, (hub_degree,), generator=gen),
+                                  hub.repeat(hub_degree)]))
+    edge_index = torch.cat(parts, dim=1)
+    return edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
+
+
+def native_required() -> bool:
+    """On GPU hosts gpu_check.sh sets this, so a missing native library
+    fails the CUDA tests instead of silently falling back to plain torch."""
+    return os.environ.get("PYG_IOAWARE_REQUIRE_NATIVE") == "1"

@@ -1,0 +1,232 @@
+"""GCNConv against torch_geometric's GCNConv with the same state_dict."""
+import itertools
+import pathlib
+
+import pytest
+import torch
+import torch_geometric
+from _helpers import TOLERANCE, random_graph, relative_error
+from torch_geometric import EdgeIndex
+
+from pyg_ioaware import Graph
+from pyg_ioaware.nn import GCNConv
+
+DATA_ROOT = pathlib.Path(__file__).resolve().parents[2] / "data" / "Planetoid"
+
+# (improved, cached, add_self_loops, normalize, bias) combinations PyG allows.
+OPTIONS = [opts for opts in itertools.product([False, True], [False, True], [False, True],
+                                              [False, True], [False, True])
+           if not (opts[2] and not opts[3])]
+
+
+def pair(in_channels=8, out_channels=5, **kwargs):
+    """Our layer and PyG's with identical weights (non-zero bias)."""
+    ours = GCNConv(in_channels, out_channels, **kwargs)
+    if ours.bias is not None:
+        torch.nn.init.uniform_(ours.bias)
+    ref = torch_geometric.nn.GCNConv(in_channels, out_channels, **kwargs)
+    ref.load_state_dict(ours.state_dict())
+    return ours, ref
+
+
+def forward_backward(conv, x, edge_index, edge_weight, grad):
+    x = x.clone().requires_grad_()
+    w = None if edge_weight is None else edge_weight.clone().requires_grad_()
+    out = conv(x, edge_index, w)
+    out.backward(grad)
+    params = {name: p.grad for name, p in conv.named_parameters()}
+    return out, x.grad, None if w is None else w.grad, params
+
+
+def shadowed_self_loops(edge_index):
+    """Self loops that a later loop of the same node replaces (PyG's
+    add_remaining_self_loops keeps the last one's weight)."""
+    loop = edge_index[0] == edge_index[1]
+    shadowed = torch.zeros_like(loop)
+    seen = set()
+    for e in reversed(range(edge_index.size(1))):
+        if loop[e]:
+            node = int(edge_index[0, e])
+            shadowed[e] = node in seen
+            seen.add(node)
+    return shadowed
+
+
+def assert_same(ours, ref, tol, shadowed=None):
+    """Outputs and gradients agree. PyG hands the gradient of a node's loop
+    weight to every duplicate loop (index_put's backward), although only
+    the last one is used; ours is the true derivative: 0 for the others."""
+    out, gx, gw, params = ours
+    out_r, gx_r, gw_r, params_r = ref
+    assert relative_error(out, out_r) < tol
+    assert relative_error(gx, gx_r) < tol
+    if gw_r is not None:
+        keep = torch.ones_like(gw, dtype=torch.bool) if shadowed is None else ~shadowed
+        assert relative_error(gw[keep], gw_r[keep]) < tol
+        assert not gw[~keep].any()
+    assert params.keys() == params_r.keys()
+    for name in params:
+        assert relative_error(params[name], params_r[name]) < tol, name
+
+
+@pytest.mark.parametrize("improved, cached, add_self_loops, normalize, bias", OPTIONS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_matches_pyg(improved, cached, add_self_loops, normalize, bias, weighted):
+    torch.manual_seed(0)
+    edge_index = random_graph(50, 50, 300, seed=31, hub_degree=60)
+    edge_weight = torch.rand(edge_index.size(1)) if weighted else None
+    x = torch.randn(50, 8)
+    ours, ref = pair(improved=improved, cached=cached, add_self_loops=add_self_loops,
+                     normalize=normalize, bias=bias)
+    grad = torch.randn(50, 5)
+    shadowed = shadowed_self_loops(edge_index) if add_self_loops else None
+    # The second call exercises the caches; a cached layer keeps the first
+    # call's weights and their autograd graph (as PyG's does), so only once then.
+    for _ in range(1 if cached and weighted else 2):
+        assert_same(forward_backward(ours, x, edge_index, edge_weight, grad),
+                    forward_backward(ref, x, edge_index, edge_weight, grad), 1e-5, shadowed)
+        ours.zero_grad()
+        ref.zero_grad()
+
+
+def test_cached_keeps_the_first_graph_like_pyg():
+    x = torch.randn(30, 8)
+    ours, ref = pair(cached=True)
+    first, second = random_graph(30, 30, 100, seed=32), random_graph(30, 30, 100, seed=33)
+    for edge_index in (first, second):
+        assert relative_error(ours(x, edge_index), ref(x, edge_index)) < 1e-6
+    ours.reset_parameters()
+    ref.load_state_dict(ours.state_dict())
+    ref.reset_parameters()
+    ref.load_state_dict(ours.state_dict())
+    assert relative_error(ours(x, second), ref(x, second)) < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["int32", "EdgeIndex", "sparse_coo", "sparse_csr", "Graph"])
+def test_input_kinds(kind):
+    edge_index = random_graph(40, 40, 200, seed=34)
+    x = torch.randn(40, 8)
+    ours, ref = pair()
+    expected = ref(x, edge_index)
+    if kind == "int32":
+        adj = edge_index.int()
+    elif kind == "EdgeIndex":
+        adj = EdgeIndex(edge_index, sparse_size=(40, 40))
+    elif kind == "Graph":
+        adj = Graph.from_input(edge_index, num_nodes=40)
+    else:
+        # torch.sparse adjacencies carry weights: duplicates are summed.
+        adj = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(edge_index.size(1)),
+                                      (40, 40)).coalesce()
+        dst, src = adj.indices()
+        expected = ref(x, torch.stack([src, dst]), adj.values())
+        if kind == "sparse_csr":
+            adj = adj.to_sparse_csr()
+    assert relative_error(ours(x, adj), expected) < 1e-5
+
+
+def test_state_dict_repr_and_lazy_init():
+    ours, ref = pair()
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    assert repr(ours) == repr(ref) == "GCNConv(8, 5)"
+    lazy = GCNConv(-1, 4)
+    edge_index = random_graph(20, 20, 60, seed=35)
+    assert lazy(torch.randn(20, 6), edge_index).shape == (20, 4)
+    assert lazy.lin.weight.shape == (4, 6)
+
+
+def test_errors_match_pyg():
+    with pytest.raises(ValueError, match="does not support adding self-loops"):
+        GCNConv(4, 4, add_self_loops=True, normalize=False)
+    with pytest.raises(ValueError, match="supports flow"):
+        GCNConv(4, 4, flow="target_to_source")
+    conv = GCNConv(4, 4)
+    edge_index = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match="bipartite"):
+        conv((torch.randn(3, 4), torch.randn(3, 4)), edge_index)
+    with pytest.raises(ValueError, match="out of range"):
+        conv(torch.randn(2, 4), edge_index)
+    with pytest.raises(ValueError, match="edge_weight must have shape"):
+        conv(torch.randn(3, 4), edge_index, torch.rand(3))
+    with pytest.raises(TypeError, match="integer"):
+        conv(torch.randn(3, 4), edge_index.float())
+
+
+def test_isolated_nodes_get_bias_only():
+    conv = GCNConv(4, 3, add_self_loops=False)
+    torch.nn.init.uniform_(conv.bias)
+    out = conv(torch.randn(5, 4), torch.tensor([[0, 1], [1, 0]]))
+    assert torch.equal(out[2:], conv.bias.expand(3, 3))
+
+
+def test_cora_matches_pyg():
+    from torch_geometric.datasets import Planetoid
+    data = Planetoid(str(DATA_ROOT), "Cora")[0]
+    ours, ref = pair(data.num_features, 16)
+    grad = torch.randn(data.num_nodes, 16)
+    assert_same(forward_backward(ours, data.x, data.edge_index, None, grad),
+                forward_backward(ref, data.x, data.edge_index, None, grad), 1e-5)
+
+
+def test_compile_without_graph_breaks():
+    edge_index = random_graph(60, 60, 300, seed=36)
+    graph = Graph.from_input(edge_index, num_nodes=60)
+    conv1, conv2 = GCNConv(8, 16), GCNConv(16, 4)
+
+    def forward(x, graph):
+        return conv2(conv1(x, graph).relu(), graph)
+
+    x = torch.randn(60, 8)
+    forward(x, graph)  # an eager call fills the Graph's caches (self loops, values)
+    explanation = torch._dynamo.explain(forward)(x, graph)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    compiled = torch.compile(forward, backend="aot_eager", fullgraph=True)
+    x.requires_grad_()
+    out = compiled(x, graph)
+    (gx,) = torch.autograd.grad(out.sum(), x)
+    x_ref = x.detach().requires_grad_()
+    out_ref = forward(x_ref, graph)
+    (gx_ref,) = torch.autograd.grad(out_ref.sum(), x_ref)
+    assert relative_error(out, out_ref) < 1e-6 and relative_error(gx, gx_ref) < 1e-6
+
+
+# ---------------------------------------------------------------- CUDA
+@pytest.mark.cuda
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("improved", [False, True])
+def test_cuda_matches_pyg(weighted, improved):
+    edge_index = random_graph(500, 500, 5000, seed=37, hub_degree=3000).cuda()
+    edge_weight = torch.rand(edge_index.size(1), device="cuda") if weighted else None
+    x = torch.randn(500, 33, device="cuda")
+    ours, ref = pair(33, 65, improved=improved)
+    ours, ref = ours.cuda(), ref.cuda()
+    grad = torch.randn(500, 65, device="cuda")
+    assert_same(forward_backward(ours, x, edge_index, edge_weight, grad),
+                forward_backward(ref, x, edge_index, edge_weight, grad), 1e-5,
+                shadowed_self_loops(edge_index.cpu()).cuda())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_autocast(dtype):
+    edge_index = random_graph(400, 400, 4000, seed=38).cuda()
+    x = torch.randn(400, 64, device="cuda")
+    ours, ref = pair(64, 128)
+    ours, ref = ours.cuda(), ref.cuda()
+    grad = torch.randn(400, 128, device="cuda")
+    with torch.autocast("cuda", dtype=dtype):
+        got = forward_backward(ours, x, edge_index, None, grad)
+    expected = forward_backward(ref, x, edge_index, None, grad)  # fp32 reference
+    assert_same(got, expected, TOLERANCE[dtype])
+
+
+@pytest.mark.cuda
+def test_cuda_compile_reduce_overhead():
+    edge_index = random_graph(300, 300, 3000, seed=39).cuda()
+    graph = Graph.from_input(edge_index, num_nodes=300)
+    conv = GCNConv(32, 32).cuda()
+    conv(torch.randn(300, 32, device="cuda"), graph)  # fills the Graph's caches
+    compiled = torch.compile(conv, mode="reduce-overhead", fullgraph=True)
+    for _ in range(3):
+        x = torch.randn(300, 32, device="cuda")
+        assert relative_error(compiled(x, graph), conv(x, graph)) < 1e-5

@@ -1,0 +1,259 @@
+"""pyg_ioaware::spmm / sddmm and the functional API.
+
+The CPU implementation is checked against independent references (a dense
+adjacency product, torch.scatter_reduce); every CUDA result is checked
+against the float64 CPU result on fresh random graphs, forward and backward.
+"""
+import pytest
+import torch
+from _helpers import TOLERANCE, native_required, random_graph, relative_error
+
+import pyg_ioaware
+from pyg_ioaware import Graph, config, ops
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def dense_reference(edge_index, weight, num_src, num_dst, x, reduce):
+    """out = A x with A[d, s] = sum of weights of edges s -> d (float64)."""
+    a = torch.zeros(num_dst, num_src, dtype=torch.float64)
+    a.index_put_((edge_index[1], edge_index[0]), weight.double(), accumulate=True)
+    out = a @ x.double()
+    if reduce == "mean":
+        deg = torch.bincount(edge_index[1], minlength=num_dst).clamp(min=1)
+        out = out / deg.unsqueeze(1)
+    return out
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("num_src, num_dst", [(60, 60), (45, 23)])
+def test_cpu_matches_dense_reference(reduce, weighted, num_src, num_dst):
+    edge_index = random_graph(num_src, num_dst, 400, seed=11, hub_degree=150)
+    weight = torch.rand(edge_index.size(1), dtype=torch.float64) if weighted else None
+    x_src = torch.randn(num_src, 7, dtype=torch.float64)
+    x_dst = torch.randn(num_dst, 7, dtype=torch.float64)
+    out = ops.aggregate((x_src, x_dst), edge_index, reduce=reduce, edge_weight=weight)
+    ones = torch.ones(edge_index.size(1), dtype=torch.float64)
+    ref = dense_reference(edge_index, ones if weight is None else weight, num_src, num_dst,
+                          x_src, reduce)
+    assert relative_error(out, ref) < 1e-12
+
+
+def test_cpu_mean_matches_scatter_reduce():
+    edge_index = random_graph(50, 50, 300, seed=12)
+    x = torch.randn(50, 5, dtype=torch.float64)
+    out = ops.aggregate(x, edge_index, reduce="mean")
+    ref = torch.zeros(50, 5, dtype=torch.float64).scatter_reduce(
+        0, edge_index[1].unsqueeze(1).expand(-1, 5), x[edge_index[0]], "mean", include_self=False)
+    assert relative_error(out, ref) < 1e-12
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cpu_low_precision(dtype):
+    edge_index = random_graph(40, 40, 300, seed=13)
+    x = torch.randn(40, 9)
+    out = ops.aggregate(x.to(dtype), edge_index, reduce="mean")
+    assert out.dtype == dtype
+    ref = ops.aggregate(x.double(), edge_index, reduce="mean")
+    assert relative_error(out, ref) < TOLERANCE[dtype]
+
+
+def test_gradcheck_cpu():
+    edge_index = random_graph(12, 9, 40, seed=14)
+    x = torch.randn(12, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(edge_index.size(1), dtype=torch.float64, requires_grad=True)
+    x_dst = torch.empty(9, 3, dtype=torch.float64)
+    fn = lambda x, w: ops.aggregate((x, x_dst), edge_index, "mean", edge_weight=w)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (x, w))
+    assert torch.autograd.gradgradcheck(lambda x: fn(x, w.detach()), (x,))
+
+
+def op_sample_inputs(device, dtype=torch.float32, requires_grad=False):
+    """Argument tuples for opcheck: plain, transposed and weighted."""
+    graph = Graph.from_edge_index(random_graph(20, 14, 90, seed=15).to(device), (20, 14))
+    values, values_t = ops.edge_values(graph, None, "mean", dtype)
+    x = torch.randn(20, 6, device=device, dtype=dtype, requires_grad=requires_grad)
+    g = torch.randn(14, 6, device=device, dtype=dtype, requires_grad=requires_grad)
+    w = values.clone().requires_grad_(requires_grad)
+    structure = (graph.rowptr, graph.col)
+    return [
+        structure + (values, graph.rowptr_t, graph.col_t, values_t, x, 14, False),
+        structure + (w, graph.rowptr_t, graph.col_t, values_t, x, 14, False),
+        structure + (values, graph.rowptr_t, graph.col_t, values_t, g, 20, True),
+    ], [structure + (g.detach(), x.detach())]
+
+
+def devices():
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", devices())
+def test_opcheck(device):
+    spmm_args, sddmm_args = op_sample_inputs(device, requires_grad=True)
+    for args in spmm_args:
+        torch.library.opcheck(torch.ops.pyg_ioaware.spmm.default, args)
+    for args in sddmm_args:
+        torch.library.opcheck(torch.ops.pyg_ioaware.sddmm.default, args)
+
+
+def test_transposed_op_and_backward_modes(monkeypatch):
+    spmm_args, _ = op_sample_inputs("cpu", torch.float64, requires_grad=True)
+    rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, _ = spmm_args[0]
+    g = torch.randn(num_rows, x.size(1), dtype=torch.float64)
+    # A^T g through the transposed op equals the SpMM over the materialized CSR^T.
+    via_t = ops.spmm_op(rowptr, col, values, rowptr_t, col_t, values_t, g, x.size(0), True)
+    via_csr_t = ops.spmm_op(rowptr_t, col_t, values_t, rowptr, col, values, g, x.size(0), False)
+    assert relative_error(via_t, via_csr_t) < 1e-12
+    grads = {}
+    for mode in config.SPMM_BACKWARD_MODES:
+        monkeypatch.setattr(config, "spmm_backward", mode)
+        out = ops.spmm_op(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, False)
+        grads[mode] = torch.autograd.grad(out, x, g)[0]
+    assert relative_error(grads["transpose"], grads["materialized"]) < 1e-12
+
+
+def test_empty_inputs():
+    x = torch.randn(4, 3)
+    out = ops.aggregate(x, torch.empty(2, 0, dtype=torch.long))
+    assert torch.equal(out, torch.zeros(4, 3))
+    out = ops.aggregate((torch.randn(0, 3), torch.randn(5, 3)),
+                        torch.empty(2, 0, dtype=torch.long))
+    assert out.shape == (5, 3) and not out.any()
+
+
+def test_bad_input_is_rejected_before_any_kernel():
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    x = torch.randn(3, 4)
+    with pytest.raises(ValueError, match="reduce"):
+        ops.aggregate(x, edge_index, reduce="max")
+    with pytest.raises(ValueError, match="shape \\[3\\]"):
+        ops.aggregate(x, edge_index, edge_weight=torch.rand(4))
+    with pytest.raises(TypeError, match="floating-point"):
+        ops.aggregate(x, edge_index, edge_weight=torch.ones(3, dtype=torch.long))
+    with pytest.raises(TypeError, match="node features must be one of"):
+        ops.aggregate(x.long(), edge_index)
+    with pytest.raises(ValueError, match="2-D"):
+        ops.aggregate(torch.randn(3, 4, 2), edge_index)
+    with pytest.raises(ValueError, match="out of range"):
+        ops.aggregate(torch.randn(2, 4), edge_index)
+    with pytest.raises(ValueError, match="is on meta"):
+        ops.aggregate(x, edge_index, edge_weight=torch.rand(3, device="meta"))
+    with pytest.raises(ValueError, match="node features are on meta"):
+        ops.aggregate(x.to("meta"), Graph.from_edge_index(edge_index, 3))
+
+
+# ---------------------------------------------------------------- CUDA
+@pytest.mark.cuda
+def test_native_library_is_used_on_gpu_hosts():
+    if native_required():
+        assert pyg_ioaware.cuda_available(), "PYG_IOAWARE_REQUIRE_NATIVE=1 but no native library"
+    else:
+        pytest.skip("native library not required (set PYG_IOAWARE_REQUIRE_NATIVE=1)")
+
+
+def poison_cuda_allocator(numel, dtype):
+    """Leaves a NaN-filled block in torch's cache so an unwritten output shows."""
+    block = torch.full((numel,), float("nan"), dtype=dtype, device="cuda")
+    del block
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("width", [1, 3, 33, 64, 130])
+@pytest.mark.parametrize("reduce, weighted", [("sum", False), ("mean", True), ("sum", True)])
+def test_cuda_matches_cpu_float64(dtype, width, reduce, weighted):
+    seed = hash((str(dtype), width, reduce, weighted)) % 10_000
+    num_src, num_dst = 300, 257
+    edge_index = random_graph(num_src, num_dst, 3000, seed=seed, hub_degree=2500)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(num_src, width, generator=gen)
+    w = torch.rand(edge_index.size(1), generator=gen) if weighted else None
+    grad = torch.randn(num_dst, width, generator=gen)
+    x_dst = torch.empty(num_dst, width)
+
+    def run(device, dt):
+        xx = x.to(device, dt).requires_grad_()
+        ww = None if w is None else w.to(device, dt).requires_grad_()
+        poison_cuda_allocator(num_dst * width, dt) if device == "cuda" else None
+        out = ops.aggregate((xx, x_dst.to(device, dt)), edge_index.to(device), reduce, ww)
+        out.backward(grad.to(device, dt))
+        return out, xx.grad, None if ww is None else ww.grad
+
+    ours = run("cuda", dtype)
+    ref = run("cpu", torch.float64)
+    for got, want in zip(ours, ref):
+        if want is not None:
+            assert got.dtype == dtype
+            assert relative_error(got, want) < TOLERANCE[dtype]
+
+
+@pytest.mark.cuda
+def test_cuda_small_sanitizer():
+    """Small problem run under compute-sanitizer by scripts/gpu_check.sh."""
+    edge_index = random_graph(37, 29, 200, seed=21, hub_degree=100).cuda()
+    x = torch.randn(37, 19, device="cuda", requires_grad=True)
+    w = torch.rand(edge_index.size(1), device="cuda", requires_grad=True)
+    out = ops.aggregate((x, torch.empty(29, 19, device="cuda")), edge_index, "mean", w)
+    out.sum().backward()
+    ref = ops.aggregate((x.detach().cpu().double(), torch.empty(29, 19)), edge_index.cpu(),
+                        "mean", w.detach().cpu().double())
+    assert relative_error(out, ref) < TOLERANCE[torch.float32]
+    assert torch.isfinite(x.grad).all() and torch.isfinite(w.grad).all()
+
+
+@pytest.mark.cuda
+def test_cuda_new_weights_on_a_cached_plan():
+    """The plan is cached per structure; new edge weights must be used."""
+    edge_index = random_graph(200, 200, 2000, seed=22).cuda()
+    x = torch.randn(200, 64, device="cuda")
+    for _ in range(3):
+        w = torch.rand(edge_index.size(1), device="cuda")
+        out = ops.aggregate(x, edge_index, "sum", w)
+        ref = ops.aggregate(x.cpu().double(), edge_index.cpu(), "sum", w.cpu().double())
+        assert relative_error(out, ref) < TOLERANCE[torch.float32]
+
+
+@pytest.mark.cuda
+def test_cuda_transposed_backward_mode(monkeypatch):
+    edge_index = random_graph(150, 120, 1500, seed=23).cuda()
+    x = torch.randn(150, 40, device="cuda", requires_grad=True)
+    g = torch.randn(120, 40, device="cuda")
+    grads = {}
+    for mode in config.SPMM_BACKWARD_MODES:
+        monkeypatch.setattr(config, "spmm_backward", mode)
+        out = ops.aggregate((x, torch.empty(120, 40, device="cuda")), edge_index, "mean")
+        grads[mode] = torch.autograd.grad(out, x, g)[0]
+    assert relative_error(grads["transpose"], grads["materialized"]) < 1e-5
+
+
+@pytest.mark.cuda
+def test_cuda_side_stream_and_graph_capture():
+    edge_index = random_graph(500, 500, 5000, seed=24).cuda()
+    graph = Graph.from_input(edge_index, num_nodes=500)
+    x = torch.randn(500, 96, device="cuda", requires_grad=True)
+    g = torch.randn(500, 96, device="cuda")
+
+    def step():
+        out = ops.aggregate(x, graph, "mean")
+        (gx,) = torch.autograd.grad(out, x, g)
+        return out, gx
+
+    expected = [t.clone() for t in step()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        got = step()
+    torch.cuda.current_stream().wait_stream(side)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+
+    cuda_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cuda_graph):
+        captured = step()
+    x.data.copy_(torch.randn_like(x))
+    cuda_graph.replay()
+    torch.cuda.synchronize()
+    fresh = step()
+    for a, b in zip(captured, fresh):
+        assert relative_error(a, b) < 1e-6
