@@ -95,13 +95,17 @@ class GCNConv(torch.nn.Module):
                              f"other layers such as 'SAGEConv' or 'GraphConv' instead")
         graph, weight_csr = self._graph_and_weights(x, edge_index, edge_weight)
         check_features(x, graph, name)
-        x = self.lin(x)
-        mode = "gcn" if self.normalize else "sum"
-        values, values_t = edge_values(graph, weight_csr, mode, x.dtype)
-        out = propagate(graph, values, values_t, x)
+        # X W is not bound to a name: it is freed as soon as the SpMM has read it.
+        out = self._propagate(graph, weight_csr, self.lin(x))
         if self.bias is not None:
-            out = out + self.bias
+            # In place where the dtypes agree: saves one [N, F_out] buffer at peak.
+            out = out.add_(self.bias) if out.dtype == self.bias.dtype else out + self.bias
         return out
+
+    def _propagate(self, graph: Graph, weight_csr: Optional[Tensor], h: Tensor) -> Tensor:
+        mode = "gcn" if self.normalize else "sum"
+        values, values_t = edge_values(graph, weight_csr, mode, h.dtype)
+        return propagate(graph, values, values_t, h)
 
     def _graph_and_weights(self, x: Tensor, edge_index: Any,
                            edge_weight: Optional[Tensor]) -> tuple:
