@@ -136,9 +136,9 @@ class Graph:
             _check_graph_nodes(adj, num_nodes)
             return adj
         if isinstance(adj, Tensor):
-            return _GRAPH_CACHE.lookup(adj, num_nodes, cls._from_tensor)
+            return _cached_graph(adj, num_nodes, cls._from_tensor)
         if _is_sparse_tensor(adj):
-            return _GRAPH_CACHE.lookup(adj, num_nodes, cls._from_sparse_tensor)
+            return _cached_graph(adj, num_nodes, cls._from_sparse_tensor)
         raise TypeError(f"Graph: expected an edge_index tensor, EdgeIndex, torch.sparse tensor, "
                         f"SparseTensor or Graph, got {type(adj).__name__}")
 
@@ -246,7 +246,6 @@ class _GraphCache:
     def __init__(self):
         self._entries: dict[int, dict] = {}
 
-    @torch.compiler.disable
     def lookup(self, adj: Any, num_nodes: NumNodes,
                build: Callable[[Any, NumNodes], Graph]) -> Graph:
         key = id(adj)
@@ -282,6 +281,16 @@ class _GraphCache:
 
 
 _GRAPH_CACHE = _GraphCache()
+# The cache works on object identity, which torch.compile cannot trace: under
+# compilation the lookup runs eagerly (one graph break). Eager calls skip that
+# wrapper, whose cost would show on small graphs.
+_eager_lookup = torch.compiler.disable(_GRAPH_CACHE.lookup)
+
+
+def _cached_graph(adj: Any, num_nodes: NumNodes, build: Callable[[Any, NumNodes], Graph]) -> Graph:
+    if torch.compiler.is_compiling():
+        return _eager_lookup(adj, num_nodes, build)
+    return _GRAPH_CACHE.lookup(adj, num_nodes, build)
 
 
 def clear_graph_cache() -> None:

@@ -69,19 +69,15 @@ def test_gradcheck_cpu():
     assert torch.autograd.gradgradcheck(lambda x: fn(x, w.detach()), (x,))
 
 
-def op_sample_inputs(device, dtype=torch.float32, requires_grad=False):
-    """Argument tuples for opcheck: plain, transposed and weighted."""
+def op_sample_inputs(device, dtype=torch.float32):
+    """Argument tuples for opcheck: plain, transposed, and sddmm's."""
     graph = Graph.from_edge_index(random_graph(20, 14, 90, seed=15).to(device), (20, 14))
-    values, values_t = ops.edge_values(graph, None, "mean", dtype)
-    x = torch.randn(20, 6, device=device, dtype=dtype, requires_grad=requires_grad)
-    g = torch.randn(14, 6, device=device, dtype=dtype, requires_grad=requires_grad)
-    w = values.clone().requires_grad_(requires_grad)
-    structure = (graph.rowptr, graph.col)
-    return [
-        structure + (values, graph.rowptr_t, graph.col_t, values_t, x, 14, False),
-        structure + (w, graph.rowptr_t, graph.col_t, values_t, x, 14, False),
-        structure + (values, graph.rowptr_t, graph.col_t, values_t, g, 20, True),
-    ], [structure + (g.detach(), x.detach())]
+    values, _ = ops.edge_values(graph, None, "mean", dtype)
+    x = torch.randn(20, 6, device=device, dtype=dtype)
+    g = torch.randn(14, 6, device=device, dtype=dtype)
+    structure = (graph.rowptr, graph.col, values)
+    spmm_args = [structure + (x, 14, False), structure + (g, 20, True)]
+    return graph, spmm_args, [(graph.rowptr, graph.col, g, x)]
 
 
 def devices():
@@ -90,7 +86,7 @@ def devices():
 
 @pytest.mark.parametrize("device", devices())
 def test_opcheck(device):
-    spmm_args, sddmm_args = op_sample_inputs(device, requires_grad=True)
+    _, spmm_args, sddmm_args = op_sample_inputs(device)
     for args in spmm_args:
         torch.library.opcheck(torch.ops.pyg_ioaware.spmm.default, args)
     for args in sddmm_args:
@@ -98,19 +94,27 @@ def test_opcheck(device):
 
 
 def test_transposed_op_and_backward_modes(monkeypatch):
-    spmm_args, _ = op_sample_inputs("cpu", torch.float64, requires_grad=True)
-    rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, _ = spmm_args[0]
-    g = torch.randn(num_rows, x.size(1), dtype=torch.float64)
+    graph, spmm_args, _ = op_sample_inputs("cpu", torch.float64)
+    rowptr, col, values, x, num_out, _ = spmm_args[0]
+    _, values_t = ops.edge_values(graph, None, "mean", torch.float64)
+    g = torch.randn(num_out, x.size(1), dtype=torch.float64)
     # A^T g through the transposed op equals the SpMM over the materialized CSR^T.
-    via_t = ops.spmm_op(rowptr, col, values, rowptr_t, col_t, values_t, g, x.size(0), True)
-    via_csr_t = ops.spmm_op(rowptr_t, col_t, values_t, rowptr, col, values, g, x.size(0), False)
+    via_t = ops.spmm_op(rowptr, col, values, g, x.size(0), True)
+    via_csr_t = ops.spmm_op(graph.rowptr_t, graph.col_t, values_t, g, x.size(0), False)
     assert relative_error(via_t, via_csr_t) < 1e-12
+    x.requires_grad_()
+    a = (rowptr, col, values, graph.rowptr_t, graph.col_t, values_t)
     grads = {}
     for mode in config.SPMM_BACKWARD_MODES:
         monkeypatch.setattr(config, "spmm_backward", mode)
-        out = ops.spmm_op(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, False)
+        out = ops.SpmmFunction.apply(*a, x, False)
         grads[mode] = torch.autograd.grad(out, x, g)[0]
     assert relative_error(grads["transpose"], grads["materialized"]) < 1e-12
+    # The transposed direction is differentiable too: Y = A^T G  =>  dG = A dY.
+    gg = g.clone().requires_grad_()
+    dy = torch.randn(x.size(0), x.size(1), dtype=torch.float64)
+    (grad_g,) = torch.autograd.grad(ops.SpmmFunction.apply(*a, gg, True), gg, dy)
+    assert relative_error(grad_g, ops.spmm_op(rowptr, col, values, dy, num_out, False)) < 1e-12
 
 
 def test_empty_inputs():

@@ -1,7 +1,8 @@
 """Functional API of the SpMM family, for users who want no module.
 
 Every function validates its inputs (clear ValueError / TypeError before any
-kernel runs), resolves the cached Graph and calls ``pyg_ioaware::spmm``.
+kernel runs), resolves the cached Graph and runs ``pyg_ioaware::spmm``
+through its autograd Function.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import Tensor
 
 from ..graph import Graph
 from .norm import edge_values, weights_in_csr_order
-from .spmm import spmm as spmm_op
+from .spmm import SpmmFunction
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 PairTensor = Tuple[Tensor, Optional[Tensor]]
@@ -52,8 +53,8 @@ def check_edge_weight(edge_weight: Optional[Tensor], num_edges: int, device: tor
 def propagate(graph: Graph, values: Tensor, values_t: Tensor, x: Tensor) -> Tensor:
     """out[d] = sum over edges (s -> d) of values_e * x[s]; values in CSR
     order, values_t the same in CSR^T order. Inputs already checked."""
-    return spmm_op(graph.rowptr, graph.col, values, graph.rowptr_t, graph.col_t, values_t,
-                   x, graph.num_dst, False)
+    return SpmmFunction.apply(graph.rowptr, graph.col, values, graph.rowptr_t, graph.col_t,
+                              values_t, x, False)
 
 
 def spmm(graph: Union[Graph, Any], x: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:

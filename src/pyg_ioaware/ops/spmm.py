@@ -1,22 +1,26 @@
-"""The SpMM family's custom ops: ``pyg_ioaware::spmm`` and ``pyg_ioaware::sddmm``.
+"""The SpMM family's custom ops and their autograd.
 
-``spmm(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)``
+``pyg_ioaware::spmm(rowptr, col, values, x, num_out, transpose)``
 
-    Y = A X,   A[r, c] = sum of values[e] over CSR entries e = (r, c),
-    Y[r] = sum_{e in row r} values[e] * X[col[e]]           (transpose=False)
-    Y = A^T X, Y[c] = sum_{e: col[e] = c} values[e] * X[row(e)]  (transpose=True)
+    transpose=False: Y = A X,   Y[r] = sum_{e in row r} values[e] * X[col[e]]
+    transpose=True:  Y = A^T X, Y[c] = sum_{e: col[e] = c} values[e] * X[row(e)]
 
-with A given twice: CSR (rowptr, col, values) of shape [num_rows, X rows]
-and its transpose as CSR (rowptr_t, col_t, values_t), used by backward:
-dX = A^T dY runs as a plain SpMM over the materialized transpose, or, with
-transpose=True, as cuSPARSE's transposed SpMM over A. Rows with no entry
-give zeros. Inputs in float32/float64/float16/bfloat16 (values and x of one
-dtype); accumulation in float32 (float64 for float64), output in x's dtype.
-Differentiable in x and values; the gradient of values is
-``sddmm(rowptr, col, dY, X)``.
+for the CSR matrix A = (rowptr, col, values); Y has ``num_out`` rows; rows
+with no entry give zeros. x and values are float32/float64/float16/bfloat16
+of one dtype; accumulation in float32 (float64 for float64), output in x's
+dtype.
 
-``sddmm(rowptr, col, g, x)``: out[e] = <g[row(e)], x[col[e]]> for every CSR
-entry e; not differentiable.
+``pyg_ioaware::sddmm(rowptr, col, g, x)``: out[e] = <g[row(e)], x[col[e]]>
+for every CSR entry e (the gradient of SpMM's values).
+
+Both ops are forward-only; :class:`SpmmFunction` makes SpMM differentiable
+in x and values (double backward included): dX = A^T dY runs as a plain
+SpMM over the Graph's materialized CSR^T (or, with config.spmm_backward =
+"transpose", as cuSPARSE's transposed SpMM over A), dvalues = sddmm. It is an
+autograd.Function rather than ``register_autograd`` because the latter adds
+about 50 us of Python per call in torch 2.13 (``fill_defaults`` rebuilds the
+schema per argument), a large share of a small graph's step; torch.compile
+traces the Function and the ops inside it.
 
 CUDA runs through the native library (cuSPARSE plans cached per structure,
 width and dtype; see spmm_plan). CPU, and CUDA without the native library,
@@ -72,80 +76,78 @@ def _native_ready(x: Tensor) -> bool:
 _WARNED = {"no_native": False}
 
 
-def _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose):
+def _check_spmm_args(rowptr, col, values, x, num_out, transpose):
     torch._check(x.dim() == 2, lambda: f"spmm: x must be 2-D, got {x.dim()}-D")
     torch._check(values.dtype == x.dtype,
                  lambda: f"spmm: values dtype {values.dtype} differs from x dtype {x.dtype}")
     torch._check(rowptr.dtype == col.dtype, lambda: "spmm: rowptr and col dtypes differ")
     torch._check(col.size(0) == values.size(0), lambda: "spmm: one value per entry expected")
-    expected_x_rows = rowptr.size(0) - 1 if transpose else rowptr_t.size(0) - 1
-    torch._check(x.size(0) == expected_x_rows,
-                 lambda: f"spmm: x has {x.size(0)} rows, the matrix needs {expected_x_rows}")
+    rows_of = x.size(0) if transpose else num_out
+    torch._check(rows_of == rowptr.size(0) - 1,
+                 lambda: f"spmm: the CSR matrix has {rowptr.size(0) - 1} rows, expected {rows_of}")
 
 
 @torch.library.custom_op("pyg_ioaware::spmm", mutates_args=())
-def spmm(rowptr: Tensor, col: Tensor, values: Tensor, rowptr_t: Tensor, col_t: Tensor,
-         values_t: Tensor, x: Tensor, num_rows: int, transpose: bool = False) -> Tensor:
-    _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)
-    return _spmm_torch(rowptr, col, values, x, num_rows, transpose)
+def spmm(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
+         transpose: bool) -> Tensor:
+    _check_spmm_args(rowptr, col, values, x, num_out, transpose)
+    return _spmm_torch(rowptr, col, values, x, num_out, transpose)
 
 
 @spmm.register_kernel("cuda")
-def _spmm_cuda(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose=False):
-    _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)
+def _spmm_cuda(rowptr, col, values, x, num_out, transpose):
+    _check_spmm_args(rowptr, col, values, x, num_out, transpose)
     if not _native_ready(x):
-        return _spmm_torch(rowptr, col, values, x, num_rows, transpose)
+        return _spmm_torch(rowptr, col, values, x, num_out, transpose)
     x = x.contiguous()
-    out = torch.empty(num_rows, x.size(1), dtype=x.dtype, device=x.device)
+    out = torch.empty(num_out, x.size(1), dtype=x.dtype, device=x.device)
     if out.numel() == 0:
         return out
     if col.numel() == 0 or x.size(0) == 0:
         return out.zero_()
-    num_cols = x.size(0) if not transpose else num_rows
+    num_cols = num_out if transpose else x.size(0)
     plan = PLANS.get(rowptr, col, values, x, out, num_cols, transpose)
     plan.run(values.contiguous(), x, out)
     return out
 
 
 @spmm.register_fake
-def _spmm_fake(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose=False):
-    _check_spmm_args(rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose)
-    return x.new_empty(num_rows, x.size(1))
+def _spmm_fake(rowptr, col, values, x, num_out, transpose):
+    _check_spmm_args(rowptr, col, values, x, num_out, transpose)
+    return x.new_empty(num_out, x.size(1))
 
 
-def _spmm_setup_context(ctx, inputs, output):
-    rowptr, col, values, rowptr_t, col_t, values_t, x, num_rows, transpose = inputs
-    ctx.transpose = transpose
-    ctx.num_x_rows = x.size(0)
-    saved_x = x if ctx.needs_input_grad[2] else None
-    ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t, saved_x)
+class SpmmFunction(torch.autograd.Function):
+    """Differentiable Y = A X (transpose=False) or Y = A^T X (transpose=True)
+    for A given as CSR (rowptr, col, values) and as the CSR of its transpose
+    (rowptr_t, col_t, values_t), which backward uses."""
 
+    @staticmethod
+    def forward(ctx, rowptr, col, values, rowptr_t, col_t, values_t, x, transpose):
+        num_out = rowptr_t.size(0) - 1 if transpose else rowptr.size(0) - 1
+        ctx.transpose = transpose
+        ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t,
+                              x if ctx.needs_input_grad[2] else None)
+        return spmm(rowptr, col, values, x, num_out, transpose)
 
-def _spmm_backward(ctx, grad_out):
-    rowptr, col, values, rowptr_t, col_t, values_t, x = ctx.saved_tensors
-    grad_out = grad_out.contiguous()
-    grad_x = grad_values = None
-    if ctx.needs_input_grad[6]:
-        if ctx.transpose:  # Y = A^T X  =>  dX = A dY
-            grad_x = spmm(rowptr, col, values, rowptr_t, col_t, values_t, grad_out,
-                          ctx.num_x_rows, False)
-        elif _backward_uses_transpose():  # dX = A^T dY via cuSPARSE's transposed op
-            grad_x = spmm(rowptr, col, values, rowptr_t, col_t, values_t, grad_out,
-                          ctx.num_x_rows, True)
-        else:  # dX = A^T dY as a plain SpMM over the materialized transpose
-            grad_x = spmm(rowptr_t, col_t, values_t, rowptr, col, values, grad_out,
-                          ctx.num_x_rows, False)
-    if ctx.needs_input_grad[2]:
-        g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
-        grad_values = sddmm(rowptr, col, g, xx)
-    return None, None, grad_values, None, None, None, grad_x, None, None
-
-
-spmm.register_autograd(_spmm_backward, setup_context=_spmm_setup_context)
-
-
-def _backward_uses_transpose() -> bool:
-    return config.spmm_backward == "transpose"
+    @staticmethod
+    def backward(ctx, grad_out):
+        rowptr, col, values, rowptr_t, col_t, values_t, x = ctx.saved_tensors
+        grad_out = grad_out.contiguous()
+        grad_x = grad_values = None
+        a = (rowptr, col, values, rowptr_t, col_t, values_t)
+        if ctx.needs_input_grad[6]:
+            if ctx.transpose:  # Y = A^T X  =>  dX = A dY
+                grad_x = SpmmFunction.apply(*a, grad_out, False)
+            elif config.spmm_backward == "transpose":  # dX = A^T dY over A's CSR
+                grad_x = SpmmFunction.apply(*a, grad_out, True)
+            else:  # dX = A^T dY as a plain SpMM over the materialized CSR^T
+                grad_x = SpmmFunction.apply(rowptr_t, col_t, values_t, rowptr, col, values,
+                                            grad_out, False)
+        if ctx.needs_input_grad[2]:
+            g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
+            grad_values = sddmm(rowptr, col, g, xx)
+        return None, None, grad_values, None, None, None, grad_x, None
 
 
 @torch.library.custom_op("pyg_ioaware::sddmm", mutates_args=())
