@@ -1,0 +1,187 @@
+"""Registry of benchmark cases: our layer, its baselines, and the bar.
+
+A :class:`Case` builds our implementation and each baseline for one graph
+and precision; every builder returns an :class:`Impl` whose ``step(x)`` runs
+the forward with the module already set up. Baselines receive our Impl so
+they can copy its weights. Later families (reduction, attention) register
+their cases here, with their bars, and the CLI picks them up.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .timing import feature_dtype
+
+# Under bf16 autocast every case is at least this much faster than our fp32.
+BF16_OVER_FP32 = 1.6
+
+
+@dataclass
+class Workload:
+    """What a case runs on: the graph and the precision setting."""
+    edge_index: Tensor
+    num_nodes: int
+    precision: str
+
+    @property
+    def device(self) -> torch.device:
+        return self.edge_index.device
+
+
+@dataclass
+class Impl:
+    """A module set up for one workload and the forward ``step(x) -> out``."""
+    module: nn.Module
+    step: Callable[[Tensor], Tensor]
+
+
+class Unsupported(Exception):
+    """An implementation cannot run this precision on this device."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """Geometric-mean bar against one baseline: speedups and memory ratio."""
+    fwd: float
+    bwd: float
+    mem: float
+    baseline: str = "pyg"
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case.
+
+    ``key``: the CLI name; ``name``: the display name; ``in_channels``: width
+    of the input features; ``baselines``: name -> builder taking the workload
+    and our Impl; ``no_slower_than``: baselines ours must beat on every graph
+    in every precision.
+    """
+    key: str
+    name: str
+    family: str
+    config: Dict[str, int]
+    in_channels: int
+    make_ours: Callable[[Workload], Impl]
+    baselines: Dict[str, Callable[[Workload, Impl], Impl]]
+    bar: Optional[Bar] = None
+    no_slower_than: Tuple[str, ...] = field(default=())
+
+
+CASES: Dict[str, Case] = {}
+
+
+def register(case: Case) -> Case:
+    if case.key in CASES:
+        raise ValueError(f"case {case.key!r} is registered twice")
+    CASES[case.key] = case
+    return case
+
+
+def select(spec: str) -> list[Case]:
+    """Cases named by a comma list of keys, display names or families, or "all"."""
+    if spec == "all":
+        return list(CASES.values())
+    chosen: Dict[str, Case] = {}
+    for token in (t.strip() for t in spec.split(",") if t.strip()):
+        found = [c for c in CASES.values() if token in (c.key, c.name, c.family)]
+        if not found:
+            names = ", ".join(f"{c.key} ({c.name})" for c in CASES.values())
+            raise ValueError(f"unknown case {token!r}; expected one of: {names}, "
+                             f"a family, or 'all'")
+        chosen.update((c.key, c) for c in found)
+    return list(chosen.values())
+
+
+# ---------------------------------------------------------------- GCNConv
+
+def gcn_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype) -> Tensor:
+    """D^-1/2 (A + I) D^-1/2 as a torch.sparse CSR matrix (rows = destinations),
+    normalized by PyG's own ``gcn_norm``."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+
+    (src, dst), weight = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
+    order = (dst * num_nodes + src).argsort()
+    crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=edge_index.device)
+    crow[1:] = torch.bincount(dst, minlength=num_nodes).cumsum(0)
+    return torch.sparse_csr_tensor(crow, src[order], weight[order].to(dtype),
+                                   (num_nodes, num_nodes))
+
+
+class SparseGCN(nn.Module):
+    """GCNConv as ``torch.sparse.mm(A, x @ W^T) + b`` with A built beforehand."""
+
+    def __init__(self, adj: Tensor, weight: Tensor, bias: Tensor):
+        super().__init__()
+        self.adj = adj
+        self.weight = nn.Parameter(weight.detach().clone())
+        self.bias = nn.Parameter(bias.detach().clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.sparse.mm(self.adj, x @ self.weight.t()) + self.bias
+
+
+def _check_sparse_mm(dtype: torch.dtype, device: torch.device) -> None:
+    """Raise Unsupported if torch.sparse CSR matmul (and its backward) cannot
+    run in ``dtype`` on ``device``."""
+    index = torch.arange(3, device=device)
+    adj = torch.sparse_csr_tensor(index, index[:2], torch.ones(2, dtype=dtype, device=device),
+                                  (2, 2))
+    dense = torch.ones(2, 2, dtype=dtype, device=device, requires_grad=True)
+    try:
+        torch.sparse.mm(adj, dense).sum().backward()
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except (RuntimeError, NotImplementedError) as error:
+        raise Unsupported(f"torch.sparse CSR mm in {dtype} on {device.type}: "
+                          f"{str(error).splitlines()[0]}") from None
+
+
+def _gcn_ours(channels: int) -> Callable[[Workload], Impl]:
+    def make(work: Workload) -> Impl:
+        from pyg_ioaware.nn import GCNConv
+
+        conv = GCNConv(channels, channels).to(work.device)
+        edge_index = work.edge_index
+        return Impl(conv, lambda x: conv(x, edge_index))
+
+    return make
+
+
+def _gcn_pyg(channels: int) -> Callable[[Workload, Impl], Impl]:
+    def make(work: Workload, ours: Impl) -> Impl:
+        from torch_geometric.nn import GCNConv
+
+        conv = GCNConv(channels, channels).to(work.device)
+        conv.load_state_dict(ours.module.state_dict())
+        edge_index = work.edge_index
+        return Impl(conv, lambda x: conv(x, edge_index))
+
+    return make
+
+
+def _gcn_torch_sparse(work: Workload, ours: Impl) -> Impl:
+    dtype = feature_dtype(work.precision)
+    with warnings.catch_warnings():  # torch's "sparse CSR is in beta" notes
+        warnings.filterwarnings("ignore", message="Sparse", category=UserWarning)
+        _check_sparse_mm(dtype, work.device)
+        adj = gcn_adjacency(work.edge_index, work.num_nodes, dtype)
+    state = ours.module.state_dict()
+    module = SparseGCN(adj, state["lin.weight"], state["bias"])
+    return Impl(module, module)
+
+
+for _d in (64, 512):
+    register(Case(
+        key=f"gcn-d{_d}", name=f"GCNConv D={_d}", family="spmm", config={"D": _d},
+        in_channels=_d, make_ours=_gcn_ours(_d),
+        baselines={"pyg": _gcn_pyg(_d), "torch.sparse": _gcn_torch_sparse},
+        bar=Bar(fwd=3.5, bwd=3.5, mem=8.0) if _d == 512 else None,
+        no_slower_than=("torch.sparse",)))
+del _d

@@ -1,0 +1,249 @@
+"""``python -m pyg_ioaware.bench``: run the suite of BENCHMARKS.md.
+
+For every graph: generate it, time the Graph build once, then for every case
+and precision time ours and each baseline in the same process. The JSON file
+is rewritten after every case, so a run cut short keeps what it measured; the
+short summary is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import traceback
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+
+from . import graphs as suite
+from .cases import Case, Impl, Unsupported, Workload, select
+from .report import (OURS, check_bars, comparisons, environment, format_graphs,
+                     format_results, format_summary, plot, summarize, write_json)
+from .timing import (MB, PRECISIONS, Measurement, feature_dtype, free_memory, measure,
+                     oom_message, time_once)
+
+PROTOCOL_MIN_ITERS = 15
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m pyg_ioaware.bench",
+        description="Time pyg_ioaware layers against PyG and torch.sparse on the "
+                    "synthetic graph suite (see BENCHMARKS.md).")
+    p.add_argument("--graphs", default=None,
+                   help=f"comma list of {', '.join(suite.SUITE)} or 'all' (default: all; "
+                        "with --quick: the three small ones)")
+    p.add_argument("--cases", default="all",
+                   help="comma list of case keys (e.g. gcn-d512), names or families (default: all)")
+    p.add_argument("--dtypes", default="fp32,bf16",
+                   help="comma list of precisions: fp32, bf16 (bf16 = torch.autocast)")
+    p.add_argument("--iters", type=int, default=None,
+                   help="timed iterations (default 20, with --quick 15)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="warm-up iterations (default 5, with --quick 3)")
+    p.add_argument("--scale", type=float, default=1.0,
+                   help="shrink every graph's node and edge counts by this factor")
+    p.add_argument("--out", default="bench_results", help="output folder (default bench_results/)")
+    p.add_argument("--quick", action="store_true",
+                   help="arxiv-like, roads-like and tolokers-like only, fewer iterations")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument("--seed", type=int, default=0, help="seed of graphs, features and weights")
+    args = p.parse_args(argv)
+
+    args.iters = args.iters if args.iters is not None else (15 if args.quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
+    if args.iters < 1 or args.warmup < 0:
+        p.error("--iters must be >= 1 and --warmup >= 0")
+    if args.scale <= 0:
+        p.error("--scale must be positive")
+    names = args.graphs or ("all" if not args.quick else ",".join(suite.QUICK))
+    args.graphs = list(suite.SUITE) if names == "all" else [g.strip() for g in names.split(",")]
+    unknown = [g for g in args.graphs if g not in suite.SUITE]
+    if unknown:
+        p.error(f"unknown graphs {unknown}; expected {', '.join(suite.SUITE)} or 'all'")
+    args.dtypes = [d.strip() for d in args.dtypes.split(",")]
+    if not args.dtypes or any(d not in PRECISIONS for d in args.dtypes):
+        p.error(f"--dtypes: expected a comma list of {', '.join(PRECISIONS)}")
+    try:
+        args.cases = select(args.cases)
+    except ValueError as error:
+        p.error(str(error))
+    args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.device.type == "cuda":
+        if not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA GPU is visible")
+        if args.device.index is None:
+            args.device = torch.device("cuda", torch.cuda.current_device())
+    return args
+
+
+class Progress:
+    """A tqdm bar on a terminal, else one flushed line per step (log files)."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.label = total, 0, ""
+        self.bar = None
+        if sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
+            except ImportError:
+                pass
+
+    def note(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+        else:
+            print(text, flush=True)
+
+    def start(self, label: str) -> None:
+        self.done += 1
+        self.label = label
+        if self.bar is not None:
+            self.bar.set_description(label)
+        else:
+            print(f"[{self.done}/{self.total}] {label} ...", flush=True)
+
+    def finish(self, m: Measurement) -> None:
+        if m.status == "ok":
+            mem = ("" if m.peak_fwd_bwd_mb is None else
+                   f", peak {m.peak_fwd_mb:.0f} / {m.peak_fwd_bwd_mb:.0f} MB")
+            text = f"fwd {m.fwd_ms:.3f} ms, bwd {m.bwd_ms:.3f} ms{mem}"
+        else:
+            text = f"{m.status}: {m.detail}"
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.write(f"{self.label}: {text}")
+        else:
+            print(f"    {text}", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def graph_build(edge_index: torch.Tensor, num_nodes: int) -> Dict[str, float]:
+    """Time ``Graph.from_input`` once on a fresh clone (a cold cache), after a
+    warm-up on a small slice so one-time library loading is not counted."""
+    from pyg_ioaware import Graph
+
+    device = edge_index.device
+    Graph.from_input(edge_index[:, :1024].clone(), num_nodes=num_nodes)
+    fresh = edge_index.clone()
+    ms, graph = time_once(lambda: Graph.from_input(fresh, num_nodes=num_nodes), device)
+    return {"build_ms": ms, "graph_mb": graph.nbytes / MB}
+
+
+def run_case(case: Case, work: Workload, args: argparse.Namespace, progress: Progress,
+             label: str) -> List[Dict[str, object]]:
+    """Time ours, then every baseline, for one graph, case and precision."""
+    torch.manual_seed(args.seed)
+    device = work.device
+    x = torch.randn(work.num_nodes, case.in_channels, device=device,
+                    dtype=feature_dtype(work.precision)).requires_grad_()
+    ours = case.make_ours(work)
+    builders: Dict[str, Callable[[], Impl]] = {OURS: lambda: ours}
+    builders.update({name: (lambda make=make: make(work, ours))
+                     for name, make in case.baselines.items()})
+    rows = []
+    for impl_name, build in builders.items():
+        progress.start(f"{label} {impl_name}")
+        try:
+            impl = build()
+            m = measure(impl.step, x, list(impl.module.parameters()), work.precision,
+                        args.iters, args.warmup)
+        except Unsupported as error:
+            m = Measurement("unsupported", detail=str(error))
+        except torch.cuda.OutOfMemoryError as error:
+            m = Measurement("OOM", detail=oom_message(error))
+        except Exception as error:  # keep a long run going; the bar check reports it
+            traceback.print_exc()
+            m = Measurement("error", detail=f"{type(error).__name__}: {error}")
+        impl = None
+        free_memory(device)
+        progress.finish(m)
+        rows.append({"impl": impl_name, **dataclasses.asdict(m)})
+    return rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    device = args.device
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # events and streams below use the current device
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, "results.json")
+    plot_path = os.path.join(args.out, "results.png")
+
+    env = environment(device)
+    deviations = []
+    if device.type != "cuda":
+        deviations.append(f"device is {device.type} (the protocol times CUDA GPUs)")
+    if args.scale != 1.0:
+        deviations.append(f"graphs scaled by {args.scale}")
+    if args.iters < PROTOCOL_MIN_ITERS:
+        deviations.append(f"{args.iters} timed iterations (protocol: >= {PROTOCOL_MIN_ITERS})")
+    if device.type == "cuda" and not env["native_library"]:
+        deviations.append("native library not loaded: ours runs its plain-torch path")
+    payload: Dict[str, object] = {
+        "meta": {**env, "args": {
+            "graphs": args.graphs, "cases": [c.key for c in args.cases], "dtypes": args.dtypes,
+            "iters": args.iters, "warmup": args.warmup, "scale": args.scale, "seed": args.seed,
+            "quick": args.quick}, "protocol_deviations": deviations},
+        # Hook for the aggregation kernels' effective bandwidth (BENCHMARKS.md:
+        # minimal bytes model, share of measured copy bandwidth): a later
+        # feature, measured per graph in the loop below once kernels expose it.
+        "kernel_bandwidth": "not measured (not implemented yet)",
+        "graphs": {},
+        "results": [],
+    }
+    rows: List[Dict[str, object]] = payload["results"]
+    total = len(args.graphs) * len(args.dtypes) * sum(1 + len(c.baselines) for c in args.cases)
+    progress = Progress(total)
+    for graph_name in args.graphs:
+        ms, (edge_index, num_nodes) = time_once(
+            lambda: suite.generate(graph_name, args.scale, device, args.seed), device)
+        info = {"num_nodes": num_nodes, "num_edges": edge_index.size(1), "generate_ms": ms,
+                **graph_build(edge_index, num_nodes)}
+        payload["graphs"][graph_name] = info
+        progress.note(f"{graph_name}: {num_nodes:,} nodes, {info['num_edges']:,} edges, "
+                      f"Graph build {info['build_ms']:.2f} ms")
+        for case in args.cases:
+            for precision in args.dtypes:
+                work = Workload(edge_index, num_nodes, precision)
+                label = f"{graph_name} {case.name} {precision}"
+                for row in run_case(case, work, args, progress, label):
+                    rows.append({"graph": graph_name, "case": case.name, "key": case.key,
+                                 "family": case.family, "config": case.config,
+                                 "precision": precision, **row})
+                free_memory(device)
+                _save(json_path, payload, args.cases)
+        del edge_index
+        free_memory(device)
+    progress.close()
+
+    _save(json_path, payload, args.cases)
+    print()
+    print(format_graphs(payload["graphs"]))
+    print()
+    print(format_results(rows))
+    print()
+    print(plot(rows, plot_path))
+    print(f"results written to {json_path}")
+    for deviation in deviations:
+        print(f"note: not a protocol run: {deviation}")
+    summary = format_summary(payload["summary"], payload["bars"])
+    with open(os.path.join(args.out, "summary.txt"), "w") as f:
+        f.write(summary + "\n")
+    print()
+    print(summary)
+    return 0
+
+
+def _save(path: str, payload: Dict[str, object], cases: List[Case]) -> None:
+    """Recompute the ratios, summary and bar from the rows so far; write."""
+    rows = payload["results"]
+    payload.update(comparisons=comparisons(rows), summary=summarize(rows),
+                   bars=check_bars(rows, cases))
+    write_json(path, payload)
