@@ -10,6 +10,10 @@ Then the host cost of one GCNConv forward on a tiny graph (ours, PyG's,
 torch.sparse), where launch overhead is all there is.
 
     PYTHONPATH=src python scripts/spmm_probe.py [--graphs arxiv-like,...] [--out FILE.json]
+
+``--preprocess ALG`` instead runs cuSPARSE's optional cusparseSpMM_preprocess
+once for that algorithm on a small graph and checks the SpMM after it
+(run it under compute-sanitizer; the library does not use preprocessing).
 """
 from __future__ import annotations
 
@@ -71,13 +75,13 @@ def probe_graph(name: str, widths, dtypes) -> list[dict]:
                     try:
                         plan = spmm_plan.SpmmPlan(graph.rowptr, graph.col, n, width, dtype,
                                                   transpose, alg)
-                        plan.prepare(values, x, out, preprocess=True)
+                        plan.allocate_workspace(values, x, out)
                         row[key] = gpu_ms(lambda: plan.run(values, x, out))
                     except Exception as error:  # not supported: record why
                         row[key] = f"n/a ({str(error).splitlines()[0][:60]})"
             spmm_plan.PLANS.clear()
             row["ours"] = gpu_ms(lambda: spmm(graph.rowptr, graph.col, values, x, n, False))
-            row["picked"] = next(iter(spmm_plan.PLANS.algorithms().values()))
+            row["picked"] = next(iter(spmm_plan.PLANS.algorithms().values()), "none")
             row["ours_bwd_materialized"] = gpu_ms(
                 lambda: spmm(graph.rowptr_t, graph.col_t, values_t, x, n, False))
             row["ours_bwd_transpose"] = gpu_ms(
@@ -114,13 +118,39 @@ def probe_host_overhead() -> dict:
     return result
 
 
+def check_preprocess(alg_name: str) -> None:
+    """One preprocess + SpMM with ``alg_name`` against the plain-torch result."""
+    by_name = {v: k for k, v in spmm_plan.ALGORITHM_NAMES.items()}
+    edge_index, n = generate("arxiv-like", scale=0.001, device="cuda")
+    graph = Graph.from_input(edge_index, num_nodes=n).with_remaining_self_loops()
+    values, _ = ops.edge_values(graph, None, "gcn", torch.float32)
+    x = torch.randn(n, 64, device="cuda")
+    out = torch.empty_like(x)
+    plan = spmm_plan.SpmmPlan(graph.rowptr, graph.col, n, 64, torch.float32, False,
+                              by_name[alg_name])
+    plan.allocate_workspace(values, x, out)
+    lib = plan._lib
+    _native_check = __import__("pyg_ioaware._native", fromlist=["check"]).check
+    _native_check(lib.pygio_spmm_preprocess(plan._handle, values.data_ptr(), x.data_ptr(),
+                                            out.data_ptr(), plan.workspace.data_ptr(),
+                                            torch.cuda.current_stream().cuda_stream))
+    plan.run(values, x, out)
+    torch.cuda.synchronize()
+    ref = ops.spmm_op(graph.rowptr.cpu(), graph.col.cpu(), values.cpu(), x.cpu(), n, False)
+    print(f"preprocess {alg_name}: max abs error {(out.cpu() - ref).abs().max().item():.2e}",
+          flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preprocess", default=None, metavar="ALG")
     parser.add_argument("--graphs", default="arxiv-like,roads-like,tolokers-like")
     parser.add_argument("--widths", default="64,512")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.preprocess:
+        return check_preprocess(args.preprocess)
     widths = [int(w) for w in args.widths.split(",")]
     dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
     print(f"device: {torch.cuda.get_device_name()}", flush=True)

@@ -2,9 +2,12 @@
 
 A plan belongs to one sparse structure (rowptr / col tensors), one dense
 width, one dtype and one direction (A or A^T). It owns the cuSPARSE
-descriptors, the library's preprocessing of the sparsity pattern, a
-workspace allocated through torch, and the algorithm picked by timing the
-candidates once. Plans hold their rowptr / col tensors, so the pointers they
+descriptors, a workspace allocated through torch, and the algorithm picked
+by timing the candidates once. cuSPARSE's optional preprocessing
+(cusparseSpMM_preprocess) is not used: on cuSPARSE 12 / H200 it made an
+out-of-bounds atomic write (compute-sanitizer, in do_nnz_count_ker) that
+corrupted the CUDA context; scripts/spmm_probe.py --preprocess re-checks it.
+Plans hold their rowptr / col tensors, so the pointers they
 were built for stay valid; the values pointer is bound on every call, so
 edge weights may change freely. Plans are released with the Graph that owns
 the structure (graph.register_release_hook) or, for raw tensors, by LRU
@@ -27,10 +30,8 @@ from ..graph import register_release_hook
 CSR_ALG1, CSR_ALG2, CSR_ALG3 = 4, 6, 12
 ALGORITHM_NAMES = {CSR_ALG1: "CSR_ALG1", CSR_ALG2: "CSR_ALG2", CSR_ALG3: "CSR_ALG3"}
 # Candidates in order of preference when timing is impossible (CUDA-graph
-# capture): ALG2 is the row-major algorithm and needs no preprocessing.
+# capture): ALG2 is cuSPARSE's row-major algorithm.
 CANDIDATES = (CSR_ALG2, CSR_ALG1, CSR_ALG3)
-# Algorithms whose cusparseSpMM_preprocess speeds up later calls.
-PREPROCESSED = (CSR_ALG1, CSR_ALG3)
 ENV_ALGORITHM = "PYG_IOAWARE_SPMM_ALG"  # pin an algorithm by name, e.g. CSR_ALG2
 TIMED_RUNS = 3
 MAX_PLANS = 64
@@ -52,19 +53,13 @@ class SpmmPlan:
             ctypes.byref(desc), width, algorithm, int(transpose), rowptr.device.index,
             ctypes.byref(self._handle)))
 
-    def prepare(self, values: Tensor, x: Tensor, out: Tensor, preprocess: bool) -> None:
-        """Sizes and allocates the workspace; runs cuSPARSE's analysis of
-        the sparsity pattern where the algorithm benefits from it."""
-        stream = _native.stream_of(x)
+    def allocate_workspace(self, values: Tensor, x: Tensor, out: Tensor) -> None:
+        """Asks cuSPARSE for the workspace size and allocates it through torch."""
         nbytes = ctypes.c_size_t()
         _native.check(self._lib.pygio_spmm_workspace_size(
             self._handle, values.data_ptr(), x.data_ptr(), out.data_ptr(), ctypes.byref(nbytes),
-            stream))
+            _native.stream_of(x)))
         self.workspace = torch.empty(max(nbytes.value, 1), dtype=torch.uint8, device=x.device)
-        if preprocess and self.algorithm in PREPROCESSED:
-            _native.check(self._lib.pygio_spmm_preprocess(
-                self._handle, values.data_ptr(), x.data_ptr(), out.data_ptr(),
-                self.workspace.data_ptr(), stream))
 
     def run(self, values: Tensor, x: Tensor, out: Tensor) -> None:
         _native.check(self._lib.pygio_spmm_run(
@@ -110,7 +105,7 @@ def _build_plan(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, out: Ten
     for algorithm in candidates:
         try:
             plan = SpmmPlan(rowptr, col, num_cols, width, dtype, transpose, algorithm)
-            plan.prepare(values, x, out, preprocess=not capturing)
+            plan.allocate_workspace(values, x, out)
             if capturing or len(candidates) == 1:
                 return plan
             ms = _time_ms(plan, values, x, out)
