@@ -48,10 +48,10 @@ class Graph:
     def __init__(self, *, rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_t: Tensor,
                  edge_perm: Tensor, t_to_csr: Tensor, num_src: int, num_dst: int,
                  edge_values: Optional[Tensor] = None):
-        self.rowptr = rowptr
-        self.col = col
-        self.rowptr_t = rowptr_t
-        self.col_t = col_t
+        self.rowptr = mark_static(rowptr)
+        self.col = mark_static(col)
+        self.rowptr_t = mark_static(rowptr_t)
+        self.col_t = mark_static(col_t)
         self.edge_perm = edge_perm
         self.t_to_csr = t_to_csr
         self.num_src = num_src
@@ -315,6 +315,15 @@ def _release_structures(rowptr_pointers: Tuple[int, ...]) -> None:
 
 
 # ------------------------------------------------------------------ helpers
+def mark_static(tensor: Tensor) -> Tensor:
+    """Tells torch.compile the tensor keeps its address: CUDA-graph trees then
+    use it in place instead of copying it into their pool each replay (the
+    native plans are keyed by these addresses). Not guarded, so a new Graph
+    does not recompile."""
+    torch._dynamo.mark_static_address(tensor, guard=False)
+    return tensor
+
+
 
 
 def _flatten(values) -> list:

@@ -249,8 +249,8 @@ def test_cuda_side_stream_and_graph_capture():
     with torch.cuda.stream(side):
         got = step()
     torch.cuda.current_stream().wait_stream(side)
-    for a, b in zip(got, expected):
-        assert torch.equal(a, b)
+    for a, b in zip(got, expected):  # cuSPARSE's ALG1/ALG3 are not bitwise deterministic
+        assert relative_error(a, b) < 1e-6
 
     cuda_graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(cuda_graph):

@@ -20,7 +20,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..graph import Graph
+from ..graph import Graph, mark_static
 
 MODES = ("sum", "mean", "gcn")
 
@@ -55,7 +55,8 @@ def edge_values(graph: Graph, weight_csr: Optional[Tensor], mode: str,
 
 @torch.compiler.disable
 def _compute_cached(graph: Graph, mode: str, dtype: torch.dtype) -> Tuple[Tensor, Tensor]:
-    return _compute(graph, None, mode, dtype)
+    values, values_t = _compute(graph, None, mode, dtype)
+    return mark_static(values), mark_static(values_t)
 
 
 def _compute(graph: Graph, weight_csr: Optional[Tensor], mode: str,

@@ -87,11 +87,15 @@ def _check_spmm_args(rowptr, col, values, x, num_out, transpose):
                  lambda: f"spmm: the CSR matrix has {rowptr.size(0) - 1} rows, expected {rows_of}")
 
 
+def _spmm_cpu(rowptr, col, values, x, num_out, transpose):
+    _check_spmm_args(rowptr, col, values, x, num_out, transpose)
+    return _spmm_torch(rowptr, col, values, x, num_out, transpose)
+
+
 @torch.library.custom_op("pyg_ioaware::spmm", mutates_args=())
 def spmm(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
          transpose: bool) -> Tensor:
-    _check_spmm_args(rowptr, col, values, x, num_out, transpose)
-    return _spmm_torch(rowptr, col, values, x, num_out, transpose)
+    return _spmm_cpu(rowptr, col, values, x, num_out, transpose)
 
 
 @spmm.register_kernel("cuda")
@@ -117,6 +121,9 @@ def _spmm_fake(rowptr, col, values, x, num_out, transpose):
     return x.new_empty(num_out, x.size(1))
 
 
+_EAGER_KERNELS = {"cpu": _spmm_cpu, "cuda": _spmm_cuda}
+
+
 class SpmmFunction(torch.autograd.Function):
     """Differentiable Y = A X (transpose=False) or Y = A^T X (transpose=True)
     for A given as CSR (rowptr, col, values) and as the CSR of its transpose
@@ -128,7 +135,13 @@ class SpmmFunction(torch.autograd.Function):
         ctx.transpose = transpose
         ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t,
                               x if ctx.needs_input_grad[2] else None)
-        return spmm(rowptr, col, values, x, num_out, transpose)
+        # Eager calls go straight to the device kernel: the custom op's Python
+        # dispatch costs ~20 us a call. Compilation and other devices (meta)
+        # use the registered op.
+        kernel = _EAGER_KERNELS.get(x.device.type)
+        if kernel is None or torch.compiler.is_compiling():
+            kernel = spmm
+        return kernel(rowptr, col, values, x, num_out, transpose)
 
     @staticmethod
     def backward(ctx, grad_out):

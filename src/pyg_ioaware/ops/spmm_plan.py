@@ -59,12 +59,15 @@ class SpmmPlan:
         _native.check(self._lib.pygio_spmm_workspace_size(
             self._handle, values.data_ptr(), x.data_ptr(), out.data_ptr(), ctypes.byref(nbytes),
             _native.stream_of(x)))
-        self.workspace = torch.empty(max(nbytes.value, 1), dtype=torch.uint8, device=x.device)
+        # No allocation where none is needed (the common case): a plan built while
+        # torch.compile records a CUDA graph then holds nothing from its pool.
+        self.workspace = (torch.empty(nbytes.value, dtype=torch.uint8, device=x.device)
+                          if nbytes.value > 0 else None)
 
     def run(self, values: Tensor, x: Tensor, out: Tensor) -> None:
         _native.check(self._lib.pygio_spmm_run(
             self._handle, values.data_ptr(), x.data_ptr(), out.data_ptr(),
-            self.workspace.data_ptr(), _native.stream_of(x)))
+            _native.pointer(self.workspace), _native.stream_of(x)))
 
     def __del__(self):
         if getattr(self, "_handle", None) and self._handle.value:
