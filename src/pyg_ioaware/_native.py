@@ -134,8 +134,15 @@ def pointer(tensor: Optional[torch.Tensor]) -> Optional[int]:
     return None if tensor is None else tensor.data_ptr()
 
 
+# torch's raw current-stream query (CUDA builds; what Triton and Inductor call)
+# skips building a torch.cuda.Stream object on every op call.
+_current_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def stream_of(tensor: torch.Tensor) -> int:
     """torch's current CUDA stream on the tensor's device, as a pointer."""
+    if _current_raw_stream is not None:
+        return _current_raw_stream(tensor.device.index)
     return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
