@@ -8,7 +8,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_remaining_self_loops
 
 from pyg_ioaware import Graph
-from pyg_ioaware.graph import _GRAPH_CACHE, MAX_NODES
+from pyg_ioaware.graph import _GRAPH_CACHE
 
 
 def assert_structure(graph: Graph, edge_index: torch.Tensor, num_src: int, num_dst: int):
@@ -169,8 +169,10 @@ def test_bad_edge_index(bad, error, match):
 def test_bad_inputs_of_other_kinds():
     with pytest.raises(TypeError, match="expected an edge_index"):
         Graph.from_input([[0, 1], [1, 0]])
-    with pytest.raises(ValueError, match="node counts"):
-        Graph.from_edge_index(torch.tensor([[0], [0]]), num_nodes=MAX_NODES + 1)
+    with pytest.raises(ValueError, match="int64 CSR sort keys"):
+        Graph.from_edge_index(torch.tensor([[0], [0]]), num_nodes=2**31)
+    with pytest.raises(ValueError, match="non-negative"):
+        Graph.from_edge_index(torch.tensor([[0], [0]]), num_nodes=(-1, 3))
     graph = Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=3)
     with pytest.raises(ValueError, match="expected"):
         Graph.from_input(graph, num_nodes=4)

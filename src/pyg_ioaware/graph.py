@@ -35,8 +35,8 @@ from torch import Tensor
 NumNodes = Union[None, int, Tuple[int, int]]
 
 INT32_LIMIT = 2**31 - 1
-# The largest node count whose (destination, source) sort keys fit in int64.
-MAX_NODES = 2**31 * 2**30
+# Sort keys dst * num_src + src are int64: num_src * num_dst must stay below this.
+MAX_KEY_SPACE = 2**62
 
 
 class Graph:
@@ -400,9 +400,11 @@ def _resolve_num_nodes(src: Tensor, dst: Tensor, num_nodes: NumNodes) -> Tuple[i
         num_src, num_dst = (int(v) for v in num_nodes)
     else:
         num_src = num_dst = int(num_nodes)
-    if min(num_src, num_dst) < 0 or max(num_src, num_dst) > MAX_NODES:
-        raise ValueError(f"Graph: node counts must lie in [0, {MAX_NODES}], "
-                         f"got ({num_src}, {num_dst})")
+    if min(num_src, num_dst) < 0:
+        raise ValueError(f"Graph: node counts must be non-negative, got ({num_src}, {num_dst})")
+    if num_src * num_dst >= MAX_KEY_SPACE:
+        raise ValueError(f"Graph: {num_src} x {num_dst} nodes is beyond what the int64 CSR "
+                         f"sort keys support (num_src * num_dst < 2^62)")
     return num_src, num_dst
 
 

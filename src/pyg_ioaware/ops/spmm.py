@@ -77,14 +77,19 @@ _WARNED = {"no_native": False}
 
 
 def _check_spmm_args(rowptr, col, values, x, num_out, transpose):
-    torch._check(x.dim() == 2, lambda: f"spmm: x must be 2-D, got {x.dim()}-D")
-    torch._check(values.dtype == x.dtype,
-                 lambda: f"spmm: values dtype {values.dtype} differs from x dtype {x.dtype}")
-    torch._check(rowptr.dtype == col.dtype, lambda: "spmm: rowptr and col dtypes differ")
-    torch._check(col.size(0) == values.size(0), lambda: "spmm: one value per entry expected")
+    """Plain comparisons (they also hold for symbolic sizes under torch.compile);
+    torch._check with lazy messages costs several times more per eager call."""
+    if x.dim() != 2:
+        raise ValueError(f"spmm: x must be 2-D, got {x.dim()}-D")
+    if values.dtype != x.dtype:
+        raise ValueError(f"spmm: values dtype {values.dtype} differs from x dtype {x.dtype}")
+    if rowptr.dtype != col.dtype:
+        raise ValueError("spmm: rowptr and col dtypes differ")
+    if col.size(0) != values.size(0):
+        raise ValueError("spmm: one value per entry expected")
     rows_of = x.size(0) if transpose else num_out
-    torch._check(rows_of == rowptr.size(0) - 1,
-                 lambda: f"spmm: the CSR matrix has {rowptr.size(0) - 1} rows, expected {rows_of}")
+    if rows_of != rowptr.size(0) - 1:
+        raise ValueError(f"spmm: the CSR matrix has {rowptr.size(0) - 1} rows, expected {rows_of}")
 
 
 def _spmm_cpu(rowptr, col, values, x, num_out, transpose):
@@ -170,10 +175,12 @@ def sddmm(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor) -> Tensor:
 
 
 def _check_sddmm_args(rowptr, col, g, x):
-    torch._check(g.dim() == 2 and x.dim() == 2, lambda: "sddmm: g and x must be 2-D")
-    torch._check(g.size(1) == x.size(1), lambda: "sddmm: g and x widths differ")
-    torch._check(g.dtype == x.dtype, lambda: "sddmm: g and x dtypes differ")
-    torch._check(g.size(0) == rowptr.size(0) - 1, lambda: "sddmm: g needs one row per CSR row")
+    if g.dim() != 2 or x.dim() != 2:
+        raise ValueError("sddmm: g and x must be 2-D")
+    if g.size(1) != x.size(1) or g.dtype != x.dtype:
+        raise ValueError("sddmm: g and x differ in width or dtype")
+    if g.size(0) != rowptr.size(0) - 1:
+        raise ValueError("sddmm: g needs one row per CSR row")
 
 
 @sddmm.register_kernel("cuda")

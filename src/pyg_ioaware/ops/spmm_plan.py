@@ -30,8 +30,9 @@ from ..graph import register_release_hook
 CSR_ALG1, CSR_ALG2, CSR_ALG3 = 4, 6, 12
 ALGORITHM_NAMES = {CSR_ALG1: "CSR_ALG1", CSR_ALG2: "CSR_ALG2", CSR_ALG3: "CSR_ALG3"}
 # Candidates in order of preference when timing is impossible (CUDA-graph
-# capture): ALG2 is cuSPARSE's row-major algorithm.
-CANDIDATES = (CSR_ALG2, CSR_ALG1, CSR_ALG3)
+# capture): ALG2 is cuSPARSE's row-major algorithm. ALG3 has no transposed
+# form (cuSPARSE says so on stderr when asked).
+CANDIDATES = {False: (CSR_ALG2, CSR_ALG1, CSR_ALG3), True: (CSR_ALG2, CSR_ALG1)}
 ENV_ALGORITHM = "PYG_IOAWARE_SPMM_ALG"  # pin an algorithm by name, e.g. CSR_ALG2
 TIMED_RUNS = 3
 MAX_PLANS = 64
@@ -103,7 +104,7 @@ def _build_plan(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, out: Ten
     width, dtype = x.size(1), x.dtype
     capturing = torch.cuda.is_current_stream_capturing()
     pinned = _pinned_algorithm()
-    candidates = (pinned,) if pinned is not None else CANDIDATES
+    candidates = (pinned,) if pinned is not None else CANDIDATES[transpose]
     best, best_ms, errors = None, float("inf"), []
     for algorithm in candidates:
         try:
