@@ -128,7 +128,10 @@ def test_nbytes_counts_structure_and_caches():
                     graph.t_to_csr))
     assert base == expected
     _ = graph.row
-    assert graph.nbytes == base + graph.row.numel() * graph.row.element_size()
+    with_row = base + graph.row.numel() * graph.row.element_size()
+    assert graph.nbytes == with_row
+    looped = graph.with_remaining_self_loops()
+    assert graph.nbytes == with_row + looped.nbytes
 
 
 def test_with_remaining_self_loops_matches_pyg():

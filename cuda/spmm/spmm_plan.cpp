@@ -71,6 +71,28 @@ int bind(pygio_spmm_plan* plan, const void* values, const void* x, void* y, void
   return PYGIO_OK;
 }
 
+// Under the launch lock: binds this call's buffers and stream, then runs
+// call(handle), which returns a pygio status.
+template <typename Call>
+int bound_call(pygio_spmm_plan* plan, const void* values, const void* x, void* y, void* stream,
+               Call call) {
+  std::lock_guard<std::mutex> guard(launch_mutex);
+  cs::Handle handle = nullptr;
+  int status = bind(plan, values, x, y, stream, &handle);
+  if (status == PYGIO_OK) status = call(handle);
+  return status == PYGIO_OK ? ok() : status;
+}
+
+// Calls one of cusparseSpMM_bufferSize / _preprocess / SpMM: they share their
+// first ten arguments (the plan's operation, alpha = 1, beta = 0, descriptors,
+// compute type, algorithm) and differ in the last.
+template <typename Fn, typename Last>
+cs::Status call_spmm_api(Fn fn, cs::Handle handle, const pygio_spmm_plan* plan, Last last) {
+  return fn(handle, plan->operation, cs::kOperationNonTranspose, scalars.one(plan->compute_type),
+            plan->mat_a, plan->mat_x, scalars.zero(plan->compute_type), plan->mat_y,
+            plan->compute_type, plan->algorithm, last);
+}
+
 }  // namespace
 
 extern "C" {
@@ -132,41 +154,26 @@ void pygio_spmm_plan_destroy(pygio_spmm_plan* plan) {
 int pygio_spmm_workspace_size(pygio_spmm_plan* plan, const void* values, const void* x, void* y,
                               size_t* bytes, void* stream) {
   PYGIO_CHECK_ARG(bytes != nullptr, "null output pointer");
-  std::lock_guard<std::mutex> guard(launch_mutex);
-  cs::Handle handle = nullptr;
-  int status = bind(plan, values, x, y, stream, &handle);
-  if (status != PYGIO_OK) return status;
-  PYGIO_CHECK_CUSPARSE(cs::api().spmm_buffer_size(
-      handle, plan->operation, cs::kOperationNonTranspose,
-      scalars.one(plan->compute_type), plan->mat_a, plan->mat_x, scalars.zero(plan->compute_type),
-      plan->mat_y, plan->compute_type, plan->algorithm, bytes));
-  return ok();
+  return bound_call(plan, values, x, y, stream, [&](cs::Handle handle) {
+    PYGIO_CHECK_CUSPARSE(call_spmm_api(cs::api().spmm_buffer_size, handle, plan, bytes));
+    return int{PYGIO_OK};
+  });
 }
 
 int pygio_spmm_preprocess(pygio_spmm_plan* plan, const void* values, const void* x, void* y,
                           void* workspace, void* stream) {
-  std::lock_guard<std::mutex> guard(launch_mutex);
-  cs::Handle handle = nullptr;
-  int status = bind(plan, values, x, y, stream, &handle);
-  if (status != PYGIO_OK) return status;
-  PYGIO_CHECK_CUSPARSE(cs::api().spmm_preprocess(
-      handle, plan->operation, cs::kOperationNonTranspose,
-      scalars.one(plan->compute_type), plan->mat_a, plan->mat_x, scalars.zero(plan->compute_type),
-      plan->mat_y, plan->compute_type, plan->algorithm, workspace));
-  return ok();
+  return bound_call(plan, values, x, y, stream, [&](cs::Handle handle) {
+    PYGIO_CHECK_CUSPARSE(call_spmm_api(cs::api().spmm_preprocess, handle, plan, workspace));
+    return int{PYGIO_OK};
+  });
 }
 
 int pygio_spmm_run(pygio_spmm_plan* plan, const void* values, const void* x, void* y,
                    void* workspace, void* stream) {
-  std::lock_guard<std::mutex> guard(launch_mutex);
-  cs::Handle handle = nullptr;
-  int status = bind(plan, values, x, y, stream, &handle);
-  if (status != PYGIO_OK) return status;
-  PYGIO_CHECK_CUSPARSE(cs::api().spmm(
-      handle, plan->operation, cs::kOperationNonTranspose,
-      scalars.one(plan->compute_type), plan->mat_a, plan->mat_x, scalars.zero(plan->compute_type),
-      plan->mat_y, plan->compute_type, plan->algorithm, workspace));
-  return ok();
+  return bound_call(plan, values, x, y, stream, [&](cs::Handle handle) {
+    PYGIO_CHECK_CUSPARSE(call_spmm_api(cs::api().spmm, handle, plan, workspace));
+    return int{PYGIO_OK};
+  });
 }
 
 }  // extern "C"

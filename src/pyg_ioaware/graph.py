@@ -94,16 +94,18 @@ class Graph:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the structure and by every cached tensor."""
+        """Bytes held by the structure, every cached tensor and the derived
+        graphs it caches (the self-loop graph)."""
+        cached = _flatten(self.cache.values())
         tensors = [self.rowptr, self.col, self.rowptr_t, self.col_t, self.edge_perm,
                    self.t_to_csr, self.edge_values]
-        tensors += [t for t in _flatten(self.cache.values()) if isinstance(t, Tensor)]
+        tensors += [t for t in cached if isinstance(t, Tensor)]
         seen, total = set(), 0
         for t in tensors:
             if t is not None and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()
-        return total
+        return total + sum(g.nbytes for g in cached if isinstance(g, Graph))
 
     def __repr__(self) -> str:
         return (f"Graph(num_src={self.num_src}, num_dst={self.num_dst}, "

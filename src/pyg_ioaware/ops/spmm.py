@@ -46,13 +46,13 @@ def _row_of_entries(rowptr: Tensor, nnz: int) -> Tensor:
     return torch.repeat_interleave(rows, rowptr.diff(), output_size=nnz)
 
 
-def _spmm_torch(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_rows: int,
+def _spmm_torch(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
                 transpose: bool) -> Tensor:
     acc = _accumulator(x.dtype)
     row = _row_of_entries(rowptr, col.numel())
     src, dst = (row, col.long()) if transpose else (col.long(), row)
     messages = x.index_select(0, src).to(acc) * values.to(acc).unsqueeze(1)
-    out = torch.zeros(num_rows, x.size(1), dtype=acc, device=x.device)
+    out = torch.zeros(num_out, x.size(1), dtype=acc, device=x.device)
     return out.index_add_(0, dst, messages).to(x.dtype)
 
 
@@ -63,7 +63,11 @@ def _sddmm_torch(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor) -> Tensor:
     return dots.to(x.dtype)
 
 
+_WARNED = {"no_native": False}
+
+
 def _native_ready(x: Tensor) -> bool:
+    """True where the native library serves CUDA tensors; warns once if not."""
     if _native.library() is not None:
         return True
     if not _WARNED["no_native"]:
@@ -71,9 +75,6 @@ def _native_ready(x: Tensor) -> bool:
         warnings.warn("pyg_ioaware: the native CUDA library is not available; CUDA tensors use "
                       "the plain-torch implementation (slower, more memory)")
     return False
-
-
-_WARNED = {"no_native": False}
 
 
 def _check_spmm_args(rowptr, col, values, x, num_out, transpose):
