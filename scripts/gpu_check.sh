@@ -16,6 +16,8 @@
 #   tests    python -m pytest -q tests $TEST_ARGS (CPU and CUDA tests) -> OUTDIR/tests.log
 #   memcheck compute-sanitizer $SANITIZER_FLAGS python -m pytest -q tests -m cuda
 #            -k "$SANITIZER_TESTS" (default "sanitizer or small")    -> OUTDIR/memcheck.log
+#            (CUDA-graph capture tests cannot run here: without torch's caching
+#            allocator every allocation is a cudaMalloc, forbidden while capturing)
 #   bench    python -m pyg_ioaware.bench --out OUTDIR/bench $BENCH_ARGS
 #            (BENCH_ARGS default "--quick")                           -> OUTDIR/bench.log
 # Every stage runs even if an earlier one failed; STAGE_TIMEOUT (seconds, 0 =
