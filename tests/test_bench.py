@@ -100,9 +100,24 @@ def test_cli_runs_one_graph_and_writes_every_figure(tmp_path, capsys):
                for c in data["bars"])
     assert data["meta"]["protocol_deviations"]  # CPU, scaled, 2 iterations
 
+    bandwidth = data["kernel_bandwidth"]
+    assert bandwidth["copy_gbs"] > 0
+    kernels = bandwidth["rows"]
+    assert [k["kernel"] for k in kernels] == ["ours A X", "ours A^T G", "torch.sparse A X",
+                                              "torch.sparse A^T G"]
+    # The GCN graph gains one self loop per node: nnz = E + N; outputs N rows of D=64 fp32.
+    n = graph["num_nodes"]
+    assert all(k["min_bytes"] == (graph["num_edges"] + n + n) * 64 * 4 for k in kernels)
+    for k in kernels:
+        assert k["status"] == "ok" and k["ms"] > 0
+        assert k["gbs"] == pytest.approx(k["min_bytes"] / (k["ms"] * 1e-3) / 1e9)
+        assert k["share_of_copy"] == pytest.approx(k["gbs"] / bandwidth["copy_gbs"])
+
     printed = capsys.readouterr().out
-    assert printed.rstrip().splitlines()[-1].startswith("  [")  # the bar closes the output
     assert printed.index("Summary:") > printed.index("MB fwd+bwd")  # summary after the table
+    # The bar, then the kernels' bandwidth table close the output.
+    assert printed.index("Aggregation kernels alone") > printed.index("The bar (BENCHMARKS.md)")
+    assert printed.rstrip().splitlines()[-1].startswith("arxiv-like")
     pytest.importorskip("matplotlib")
     assert (out / "results.png").stat().st_size > 0
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
+from .bandwidth import Kernel, minimal_bytes
 from .timing import feature_dtype
 
 # Under bf16 autocast every case is at least this much faster than our fp32.
@@ -61,7 +62,8 @@ class Case:
     ``key``: the CLI name; ``name``: the display name; ``in_channels``: width
     of the input features; ``baselines``: name -> builder taking the workload
     and our Impl; ``no_slower_than``: baselines ours must beat on every graph
-    in every precision.
+    in every precision; ``make_kernels``: the aggregation kernels alone, for
+    the effective-bandwidth table (bench.bandwidth).
     """
     key: str
     name: str
@@ -72,6 +74,7 @@ class Case:
     baselines: Dict[str, Callable[[Workload, Impl], Impl]]
     bar: Optional[Bar] = None
     no_slower_than: Tuple[str, ...] = field(default=())
+    make_kernels: Optional[Callable[[Workload], List[Kernel]]] = None
 
 
 CASES: Dict[str, Case] = {}
@@ -177,11 +180,43 @@ def _gcn_torch_sparse(work: Workload, ours: Impl) -> Impl:
     return Impl(module, module)
 
 
+def _gcn_kernels(channels: int) -> Callable[[Workload], List[Kernel]]:
+    """The GCN aggregation alone, forward (A X) and backward (A^T G, over the
+    cached CSR^T), ours and torch.sparse.mm on the same CSR matrices."""
+    def make(work: Workload) -> List[Kernel]:
+        from pyg_ioaware import Graph, ops
+
+        dtype = feature_dtype(work.precision)
+        graph = Graph.from_input(work.edge_index, num_nodes=work.num_nodes)
+        graph = graph.with_remaining_self_loops()
+        n, nnz = graph.num_dst, graph.num_edges
+        values, values_t = ops.edge_values(graph, None, "gcn", dtype)
+        x = torch.randn(n, channels, device=work.device, dtype=dtype)
+        g = torch.randn(n, channels, device=work.device, dtype=dtype)
+        model = minimal_bytes(nnz, n, channels, x.element_size())
+        kernels = [
+            Kernel("ours A X", lambda: ops.spmm_forward(graph.rowptr, graph.col, values, x, n,
+                                                        False), model),
+            Kernel("ours A^T G", lambda: ops.spmm_forward(graph.rowptr_t, graph.col_t,
+                                                          values_t, g, n, False), model),
+        ]
+        with warnings.catch_warnings():  # torch's "sparse CSR is in beta" notes
+            warnings.filterwarnings("ignore", message="Sparse", category=UserWarning)
+            adj = torch.sparse_csr_tensor(graph.rowptr.long(), graph.col.long(), values, (n, n))
+            adj_t = torch.sparse_csr_tensor(graph.rowptr_t.long(), graph.col_t.long(), values_t,
+                                            (n, n))
+        kernels += [Kernel("torch.sparse A X", lambda: torch.sparse.mm(adj, x), model),
+                    Kernel("torch.sparse A^T G", lambda: torch.sparse.mm(adj_t, g), model)]
+        return kernels
+
+    return make
+
+
 for _d in (64, 512):
     register(Case(
         key=f"gcn-d{_d}", name=f"GCNConv D={_d}", family="spmm", config={"D": _d},
         in_channels=_d, make_ours=_gcn_ours(_d),
         baselines={"pyg": _gcn_pyg(_d), "torch.sparse": _gcn_torch_sparse},
         bar=Bar(fwd=3.5, bwd=3.5, mem=8.0) if _d == 512 else None,
-        no_slower_than=("torch.sparse",)))
+        no_slower_than=("torch.sparse",), make_kernels=_gcn_kernels(_d)))
 del _d

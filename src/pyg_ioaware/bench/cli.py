@@ -17,9 +17,10 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 from . import graphs as suite
+from .bandwidth import copy_bandwidth_gbs, measure_kernels
 from .cases import Case, Impl, Unsupported, Workload, select
-from .report import (OURS, check_bars, comparisons, environment, format_graphs,
-                     format_results, format_summary, plot, summarize, write_json)
+from .report import (OURS, check_bars, comparisons, environment, format_bandwidth,
+                     format_graphs, format_results, format_summary, plot, summarize, write_json)
 from .timing import (MB, PRECISIONS, Measurement, feature_dtype, free_memory, measure,
                      oom_message, time_once)
 
@@ -167,6 +168,24 @@ def run_case(case: Case, work: Workload, args: argparse.Namespace, progress: Pro
     return rows
 
 
+def run_kernels(case: Case, work: Workload, copy_gbs: float, progress: Progress,
+                label: str) -> List[Dict[str, object]]:
+    """Effective bandwidth of the case's aggregation kernels alone."""
+    if case.make_kernels is None:
+        return []
+    progress.note(f"{label} kernels alone ...")
+    try:
+        rows = measure_kernels(case.make_kernels(work), work.device, copy_gbs)
+    except torch.cuda.OutOfMemoryError as error:
+        rows = [{"kernel": "all", "status": "OOM", "detail": oom_message(error)}]
+    free_memory(work.device)
+    for row in rows:
+        text = (f"{row['ms']:.3f} ms, {row['gbs']:.0f} GB/s ({row['share_of_copy']:.0%} of copy)"
+                if row["status"] == "ok" else f"{row['status']}: {row.get('detail')}")
+        progress.note(f"    {row['kernel']}: {text}")
+    return rows
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     device = args.device
@@ -191,10 +210,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "graphs": args.graphs, "cases": [c.key for c in args.cases], "dtypes": args.dtypes,
             "iters": args.iters, "warmup": args.warmup, "scale": args.scale, "seed": args.seed,
             "quick": args.quick}, "protocol_deviations": deviations},
-        # Hook for the aggregation kernels' effective bandwidth (BENCHMARKS.md:
-        # minimal bytes model, share of measured copy bandwidth): a later
-        # feature, measured per graph in the loop below once kernels expose it.
-        "kernel_bandwidth": "not measured (not implemented yet)",
+        "kernel_bandwidth": {"model": "(nnz + num_out) * width * element size",
+                             "copy_gbs": copy_bandwidth_gbs(device), "rows": []},
         "graphs": {},
         "results": [],
     }
@@ -217,6 +234,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     rows.append({"graph": graph_name, "case": case.name, "key": case.key,
                                  "family": case.family, "config": case.config,
                                  "precision": precision, **row})
+                bandwidth = payload["kernel_bandwidth"]
+                for row in run_kernels(case, work, bandwidth["copy_gbs"], progress, label):
+                    bandwidth["rows"].append({"graph": graph_name, "case": case.name,
+                                              "precision": precision, **row})
                 free_memory(device)
                 _save(json_path, payload, args.cases)
         del edge_index
@@ -233,7 +254,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"results written to {json_path}")
     for deviation in deviations:
         print(f"note: not a protocol run: {deviation}")
-    summary = format_summary(payload["summary"], payload["bars"])
+    summary = (format_summary(payload["summary"], payload["bars"]) + "\n\n" +
+               format_bandwidth(payload["kernel_bandwidth"]))
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
         f.write(summary + "\n")
     print()

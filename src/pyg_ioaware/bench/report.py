@@ -238,6 +238,21 @@ def format_summary(summary: Sequence[Row], checks: Sequence[Row]) -> str:
     return "\n".join(text)
 
 
+def format_bandwidth(bandwidth: Dict[str, object]) -> str:
+    """The aggregation kernels alone: ms, GB/s and share of copy bandwidth."""
+    lines = []
+    for r in bandwidth["rows"]:
+        ok = r["status"] == "ok"
+        lines.append([r["graph"], r["case"], r["precision"], r["kernel"],
+                      _fmt(r.get("ms"), digits=3) if ok else r["status"],
+                      _fmt(r.get("gbs"), digits=0) if ok else "",
+                      f"{r['share_of_copy']:.0%}" if ok else ""])
+    title = (f"Aggregation kernels alone (minimal bytes {bandwidth['model']}; "
+             f"device copy {bandwidth['copy_gbs']:.0f} GB/s read+write)")
+    return "\n".join([title, _table(["graph", "case", "dtype", "kernel", "ms", "GB/s",
+                                      "of copy"], lines)])
+
+
 # -------------------------------------------------------------------- plot
 
 def plot(rows: Sequence[Row], path: str) -> str:

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..graph import Graph
 from .norm import edge_values, weights_in_csr_order
-from .spmm import SpmmFunction
+from .spmm import SpmmFunction, spmm_forward
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 PairTensor = Tuple[Tensor, Optional[Tensor]]
@@ -52,9 +52,12 @@ def check_edge_weight(edge_weight: Optional[Tensor], num_edges: int, device: tor
 
 def propagate(graph: Graph, values: Tensor, values_t: Tensor, x: Tensor) -> Tensor:
     """out[d] = sum over edges (s -> d) of values_e * x[s]; values in CSR
-    order, values_t the same in CSR^T order. Inputs already checked."""
-    return SpmmFunction.apply(graph.rowptr, graph.col, values, graph.rowptr_t, graph.col_t,
-                              values_t, x, False)
+    order, values_t the same in CSR^T order. Inputs already checked. Where
+    nothing needs a gradient (inference) the autograd Function is skipped."""
+    if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
+        return SpmmFunction.apply(graph.rowptr, graph.col, values, graph.rowptr_t, graph.col_t,
+                                  values_t, x, False)
+    return spmm_forward(graph.rowptr, graph.col, values, x, graph.num_dst, False)
 
 
 def spmm(graph: Union[Graph, Any], x: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:

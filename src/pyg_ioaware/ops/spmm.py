@@ -130,6 +130,17 @@ def _spmm_fake(rowptr, col, values, x, num_out, transpose):
 _EAGER_KERNELS = {"cpu": _spmm_cpu, "cuda": _spmm_cuda}
 
 
+def spmm_forward(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
+                 transpose: bool) -> Tensor:
+    """``pyg_ioaware::spmm`` without autograd. Eager calls go straight to the
+    device kernel: the custom op's Python dispatch costs ~20 us a call.
+    Compilation and other devices (meta) use the registered op."""
+    kernel = _EAGER_KERNELS.get(x.device.type)
+    if kernel is None or torch.compiler.is_compiling():
+        kernel = spmm
+    return kernel(rowptr, col, values, x, num_out, transpose)
+
+
 class SpmmFunction(torch.autograd.Function):
     """Differentiable Y = A X (transpose=False) or Y = A^T X (transpose=True)
     for A given as CSR (rowptr, col, values) and as the CSR of its transpose
@@ -141,13 +152,7 @@ class SpmmFunction(torch.autograd.Function):
         ctx.transpose = transpose
         ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t,
                               x if ctx.needs_input_grad[2] else None)
-        # Eager calls go straight to the device kernel: the custom op's Python
-        # dispatch costs ~20 us a call. Compilation and other devices (meta)
-        # use the registered op.
-        kernel = _EAGER_KERNELS.get(x.device.type)
-        if kernel is None or torch.compiler.is_compiling():
-            kernel = spmm
-        return kernel(rowptr, col, values, x, num_out, transpose)
+        return spmm_forward(rowptr, col, values, x, num_out, transpose)
 
     @staticmethod
     def backward(ctx, grad_out):

@@ -1,0 +1,83 @@
+"""Effective bandwidth of the aggregation kernels alone (BENCHMARKS.md).
+
+Minimal bytes model: every gathered neighbour row is read once per edge and
+every output row is written once,
+
+    bytes = (nnz + num_out) * width * element_size,
+
+so index and edge-value traffic counts as the kernel's overhead, not as
+useful bytes. GB/s = bytes / time; the share is taken of the device's
+measured device-to-device copy bandwidth (bytes read plus bytes written).
+A kernel is timed back to back (``CALLS`` calls between two clock marks, the
+median of ``REPEATS`` such runs), so launch gaps hide behind execution.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Sequence
+
+import torch
+
+from .timing import Clock, oom_message
+
+CALLS = 20
+REPEATS = 5
+COPY_BYTES = 1 << 30  # large enough to stream from HBM, not L2
+COPY_BYTES_CPU = 1 << 26
+
+
+@dataclass
+class Kernel:
+    """One aggregation kernel on prepared inputs: ``run()`` launches it."""
+    name: str
+    run: Callable[[], object]
+    min_bytes: int
+
+
+def minimal_bytes(nnz: int, num_out: int, width: int, element_size: int) -> int:
+    """Bytes of the minimal model: gathered rows once per edge, outputs once."""
+    return (nnz + num_out) * width * element_size
+
+
+def time_back_to_back(fn: Callable[[], object], device: torch.device) -> float:
+    """Median over REPEATS of the mean ms of CALLS back-to-back calls."""
+    clock = Clock(device)
+    fn()  # warm-up (plans, caches)
+    clock.synchronize()
+    runs = []
+    for _ in range(REPEATS):
+        start = clock.mark()
+        for _ in range(CALLS):
+            fn()
+        end = clock.mark()
+        clock.synchronize()
+        runs.append(clock.elapsed_ms(start, end) / CALLS)
+    return statistics.median(runs)
+
+
+def copy_bandwidth_gbs(device: torch.device) -> float:
+    """Device-to-device copy rate, counting bytes read plus bytes written."""
+    nbytes = COPY_BYTES if device.type == "cuda" else COPY_BYTES_CPU
+    src = torch.rand(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    ms = time_back_to_back(lambda: dst.copy_(src), device)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def measure_kernels(kernels: Sequence[Kernel], device: torch.device,
+                    copy_gbs: float) -> List[Dict[str, object]]:
+    """One row per kernel: ms, GB/s under the minimal model, share of copy."""
+    rows = []
+    for kernel in kernels:
+        row: Dict[str, object] = {"kernel": kernel.name, "min_bytes": kernel.min_bytes}
+        try:
+            ms = time_back_to_back(kernel.run, device)
+            gbs = kernel.min_bytes / (ms * 1e-3) / 1e9
+            row.update(status="ok", ms=ms, gbs=gbs, share_of_copy=gbs / copy_gbs)
+        except torch.cuda.OutOfMemoryError as error:
+            row.update(status="OOM", detail=oom_message(error))
+        except (RuntimeError, NotImplementedError) as error:  # e.g. a dtype torch.sparse lacks
+            row.update(status="unsupported", detail=str(error).splitlines()[0])
+        rows.append(row)
+    return rows
