@@ -81,8 +81,9 @@ PYGIO_API int pygio_cusparse_load(const char* path);
  * [num_rows, width]) or A^T (transpose = 1: X is [num_rows, width], Y is
  * [num_cols, width]); dense row-major and contiguous, accumulation in fp32 (fp64 for float64) via
  * cuSPARSE. A plan caches everything that depends only on A's structure,
- * the width, the dtype and the algorithm: the cuSPARSE descriptors and, after
- * pygio_spmm_preprocess, the library's analysis of the sparsity pattern.
+ * the width, the dtype and the algorithm: the cuSPARSE descriptors.
+ * pygio_spmm_preprocess (cuSPARSE's optional analysis of the sparsity
+ * pattern) is exposed for diagnostics; the package does not call it.
  * A's values pointer may change between calls (it is set on every run); its
  * rowptr / col pointers and contents must not while the plan lives.
  * algorithm is a cusparseSpMMAlg_t value (0 = default, 4 = CSR_ALG1,
@@ -92,14 +93,14 @@ PYGIO_API int pygio_cusparse_load(const char* path);
 typedef struct pygio_spmm_plan pygio_spmm_plan;
 
 PYGIO_API int pygio_spmm_plan_create(const pygio_csr* a, int64_t width, int32_t algorithm,
-                           int32_t transpose, int32_t device, pygio_spmm_plan** plan);
+                                     int32_t transpose, int32_t device, pygio_spmm_plan** plan);
 PYGIO_API void pygio_spmm_plan_destroy(pygio_spmm_plan* plan);
-PYGIO_API int pygio_spmm_workspace_size(pygio_spmm_plan* plan, const void* values, const void* x,
-                              void* y, size_t* bytes, void* stream);
-PYGIO_API int pygio_spmm_preprocess(pygio_spmm_plan* plan, const void* values, const void* x, void* y,
-                          void* workspace, void* stream);
-PYGIO_API int pygio_spmm_run(pygio_spmm_plan* plan, const void* values, const void* x, void* y,
-                   void* workspace, void* stream);
+PYGIO_API int pygio_spmm_workspace_size(pygio_spmm_plan* plan, const void* values,
+                                        const void* x, void* y, size_t* bytes, void* stream);
+PYGIO_API int pygio_spmm_preprocess(pygio_spmm_plan* plan, const void* values, const void* x,
+                                    void* y, void* workspace, void* stream);
+PYGIO_API int pygio_spmm_run(pygio_spmm_plan* plan, const void* values, const void* x,
+                             void* y, void* workspace, void* stream);
 
 /* --------------------------------------------------------------- SDDMM ---
  * out[e] = sum_k G[row(e), k] * X[col(e), k] for every entry e of A (CSR
@@ -108,8 +109,8 @@ PYGIO_API int pygio_spmm_run(pygio_spmm_plan* plan, const void* values, const vo
  * row-major contiguous of a->dtype; out has a->nnz entries of a->dtype.
  * a->values is not read. Accumulates in fp32 (fp64 for float64).
  */
-PYGIO_API int pygio_sddmm(const pygio_csr* a, const void* g, const void* x, int64_t width, void* out,
-                int32_t device, void* stream);
+PYGIO_API int pygio_sddmm(const pygio_csr* a, const void* g, const void* x, int64_t width,
+                          void* out, int32_t device, void* stream);
 
 #ifdef __cplusplus
 }

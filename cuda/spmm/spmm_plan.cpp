@@ -15,8 +15,7 @@ struct pygio_spmm_plan {
   int operation;     // cusparseOperation_t applied to A
   int value_type;    // cudaDataType of A, X and Y
   int compute_type;  // cudaDataType of the accumulator
-  pygio_csr a;
-  int64_t width;
+  pygio_csr a;  // rowptr / col are rebound with each call's values pointer
   cs::SpMatDescr mat_a;
   cs::DnMatDescr mat_x;
   cs::DnMatDescr mat_y;
@@ -116,7 +115,7 @@ int pygio_spmm_plan_create(const pygio_csr* a, int64_t width, int32_t algorithm,
   const int index_type = a->index_bits == 32 ? cs::kIndex32I : cs::kIndex64I;
   const int operation = transpose ? cs::kOperationTranspose : cs::kOperationNonTranspose;
   auto* plan = new pygio_spmm_plan{device, algorithm, operation, value_type, compute_type, *a,
-                                   width, nullptr, nullptr, nullptr};
+                                   nullptr, nullptr, nullptr};
   const int64_t x_rows = transpose ? a->num_rows : a->num_cols;
   const int64_t y_rows = transpose ? a->num_cols : a->num_rows;
   plan->a.values = nullptr;  // bound per call
