@@ -19,7 +19,7 @@
 #            (CUDA-graph capture tests cannot run here: without torch's caching
 #            allocator every allocation is a cudaMalloc, forbidden while capturing)
 #   bench    python -m pyg_ioaware.bench --out OUTDIR/bench $BENCH_ARGS
-#            (BENCH_ARGS default "--quick")                           -> OUTDIR/bench.log
+#            (BENCH_ARGS unset: "--quick"; set to "" for the full suite)  -> OUTDIR/bench.log
 # Every stage runs even if an earlier one failed; STAGE_TIMEOUT (seconds, 0 =
 # none) bounds each. A summary table (stage, status, seconds) is printed last,
 # after OUTDIR/bench/summary.txt if the bench wrote one. Exit status 1 if any
@@ -40,7 +40,7 @@ SANITIZER_TESTS=${SANITIZER_TESTS:-"sanitizer or small"}
 # API errors are not reported: torch itself makes CUDA calls that fail on
 # purpose (probing), which would read as errors. Kernel memory errors are.
 SANITIZER_FLAGS=${SANITIZER_FLAGS:-"--tool memcheck --error-exitcode 86 --report-api-errors no"}
-BENCH_ARGS=${BENCH_ARGS:-"--quick"}
+BENCH_ARGS=${BENCH_ARGS-"--quick"}  # set but empty: the full default suite
 TEST_ARGS=${TEST_ARGS:-""}
 STAGE_TIMEOUT=${STAGE_TIMEOUT:-0}
 PYTHON=${PYTHON:-python}
