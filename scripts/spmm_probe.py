@@ -24,7 +24,7 @@ import time
 import torch
 import torch_geometric
 
-from pyg_ioaware import Graph, ops
+from pyg_ioaware import Graph, _native, ops
 from pyg_ioaware.bench.graphs import generate
 from pyg_ioaware.nn import GCNConv
 from pyg_ioaware.ops import spmm_plan
@@ -129,11 +129,9 @@ def check_preprocess(alg_name: str) -> None:
     plan = spmm_plan.SpmmPlan(graph.rowptr, graph.col, n, 64, torch.float32, False,
                               by_name[alg_name])
     plan.allocate_workspace(values, x, out)
-    lib = plan._lib
-    _native_check = __import__("pyg_ioaware._native", fromlist=["check"]).check
-    _native_check(lib.pygio_spmm_preprocess(plan._handle, values.data_ptr(), x.data_ptr(),
-                                            out.data_ptr(), plan.workspace.data_ptr(),
-                                            torch.cuda.current_stream().cuda_stream))
+    _native.check(_native.library().pygio_spmm_preprocess(
+        plan._handle, values.data_ptr(), x.data_ptr(), out.data_ptr(),
+        _native.pointer(plan.workspace), _native.stream_of(x)))
     plan.run(values, x, out)
     torch.cuda.synchronize()
     ref = ops.spmm_op(graph.rowptr.cpu(), graph.col.cpu(), values.cpu(), x.cpu(), n, False)

@@ -9,7 +9,7 @@ from torch.nn import Parameter
 from torch_geometric.nn.dense.linear import Linear
 
 from ..graph import Graph
-from ..ops.functional import check_edge_weight, check_features, propagate
+from ..ops.functional import check_features, graph_edge_weight, propagate
 from ..ops.norm import edge_values, weights_in_csr_order
 
 
@@ -117,9 +117,7 @@ class GCNConv(torch.nn.Module):
             raise TypeError(f"'{self.__class__.__name__}': expected node features as a tensor, "
                             f"got {type(x).__name__}")
         graph = Graph.from_input(edge_index, num_nodes=x.size(0))
-        if edge_weight is None:
-            edge_weight = graph.edge_values
-        check_edge_weight(edge_weight, graph.num_edges, graph.device, self.__class__.__name__)
+        edge_weight = graph_edge_weight(graph, edge_weight, self.__class__.__name__)
         if self.add_self_loops:
             graph = graph.with_remaining_self_loops()
         weight_csr = weights_in_csr_order(graph, edge_weight, 2.0 if self.improved else 1.0)

@@ -37,6 +37,15 @@ def check_features(x: Any, graph: Graph, who: str, num_rows: Optional[int] = Non
         raise ValueError(f"{who}: node features are on {x.device}, the graph on {graph.device}")
 
 
+def graph_edge_weight(graph: Graph, edge_weight: Optional[Tensor], who: str) -> Optional[Tensor]:
+    """The edge weights to use, one per input edge: ``edge_weight``, else the
+    sparse input's values, else None (all ones); checked against the graph."""
+    if edge_weight is None:
+        edge_weight = graph.edge_values
+    check_edge_weight(edge_weight, graph.num_edges, graph.device, who)
+    return edge_weight
+
+
 def check_edge_weight(edge_weight: Optional[Tensor], num_edges: int, device: torch.device,
                       who: str) -> None:
     if edge_weight is None:
@@ -90,9 +99,6 @@ def aggregate(x: Union[Tensor, PairTensor], adj: Any, reduce: str = "sum",
         raise TypeError(f"{who}: expected node features as a tensor, got {type(x_src).__name__}")
     graph = Graph.from_input(adj, num_nodes)
     check_features(x_src, graph, who)
-    if edge_weight is None:
-        edge_weight = graph.edge_values
-    check_edge_weight(edge_weight, graph.num_edges, graph.device, who)
-    weight_csr = weights_in_csr_order(graph, edge_weight)
+    weight_csr = weights_in_csr_order(graph, graph_edge_weight(graph, edge_weight, who))
     values, values_t = edge_values(graph, weight_csr, reduce, x_src.dtype)
     return propagate(graph, values, values_t, x_src)

@@ -45,7 +45,6 @@ class SpmmPlan:
                  dtype: torch.dtype, transpose: bool, algorithm: int):
         self.rowptr, self.col = rowptr, col  # keep the structure alive
         self.algorithm = algorithm
-        self.transpose = transpose
         self.workspace: Optional[Tensor] = None
         self._lib = _native.library()
         self._handle = ctypes.c_void_p()
