@@ -8,25 +8,31 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_remaining_self_loops
 
 from pyg_ioaware import Graph
-from pyg_ioaware.graph import _GRAPH_CACHE
+from pyg_ioaware.graph import _GRAPH_CACHE, DROPPED_LOOP, ENV_FORCE_INT64, NEW_LOOP
 
 
-def assert_structure(graph: Graph, edge_index: torch.Tensor, num_src: int, num_dst: int):
-    """CSR by destination and CSR^T by source describe exactly edge_index."""
+def assert_structure(graph: Graph, edge_index: torch.Tensor, num_src: int, num_dst: int,
+                     stable: bool = True):
+    """CSR by destination (input order within a destination where
+    ``stable``) and CSR^T by source describe exactly edge_index."""
     src, dst = edge_index[0].long(), edge_index[1].long()
-    assert (graph.num_src, graph.num_dst, graph.num_edges) == (num_src, num_dst, src.numel())
+    num_edges = src.numel()
+    assert (graph.num_src, graph.num_dst, graph.num_edges) == (num_src, num_dst, num_edges)
     row = torch.repeat_interleave(torch.arange(num_dst), graph.rowptr.long().diff())
-    perm = graph.edge_perm.long()
+    perm = torch.arange(num_edges) if graph.edge_perm is None else graph.edge_perm.long()
+    assert torch.equal(graph.row.long(), row)
     assert torch.equal(graph.col.long(), src[perm])
     assert torch.equal(row, dst[perm])
-    keys = row * num_src + graph.col.long()
-    assert bool((keys[1:] >= keys[:-1]).all()), "CSR not sorted by (dst, src)"
-    assert torch.equal(torch.sort(perm).values, torch.arange(src.numel()))
-    # CSR^T: rows are sources, t_to_csr points at the same edge in CSR.
-    row_t = torch.repeat_interleave(torch.arange(num_src), graph.rowptr_t.long().diff())
-    t = graph.t_to_csr.long()
-    assert torch.equal(row_t, graph.col.long()[t])
-    assert torch.equal(graph.col_t.long(), row[t])
+    assert torch.equal(torch.sort(perm).values, torch.arange(num_edges))
+    if stable:  # input order kept within a destination
+        keys = row * num_edges + perm
+        assert bool((keys[1:] > keys[:-1]).all()), "CSR not grouped by destination, stably"
+    # CSR^T: rows are sources, perm points at the same edge in CSR.
+    t = graph.transpose
+    row_t = torch.repeat_interleave(torch.arange(num_src), t.rowptr.long().diff())
+    assert torch.equal(t.row.long(), row_t)
+    assert torch.equal(row_t, graph.col.long()[t.perm.long()])
+    assert torch.equal(t.col.long(), row[t.perm.long()])
     assert torch.equal(graph.in_degree.long(), torch.bincount(dst, minlength=num_dst))
     assert torch.equal(graph.out_degree.long(), torch.bincount(src, minlength=num_src))
 
@@ -68,7 +74,8 @@ def test_from_torch_sparse(layout):
     coalesced = torch.sparse_coo_tensor(edge_index.flip(0), values, (15, 20)).coalesce()
     dst, src = coalesced.indices()
     assert_structure(graph, torch.stack([src, dst]), 20, 15)
-    torch.testing.assert_close(graph.edge_values, coalesced.values())
+    assert graph.edge_perm is None  # already grouped by destination: no sort
+    torch.testing.assert_close(graph.input_values, coalesced.values())
 
 
 def test_from_sparse_tensor():
@@ -120,18 +127,57 @@ def test_cache_holds_tensors_weakly():
     assert graph.num_edges > 0  # the Graph itself stays usable
 
 
-def test_nbytes_counts_structure_and_caches():
+def test_nbytes_counts_structure_and_derived_state():
     graph = Graph.from_edge_index(random_graph(30, 30, 100, seed=9), num_nodes=30)
+    size = lambda *ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
     base = graph.nbytes
-    expected = sum(t.numel() * t.element_size() for t in
-                   (graph.rowptr, graph.col, graph.rowptr_t, graph.col_t, graph.edge_perm,
-                    graph.t_to_csr))
-    assert base == expected
-    _ = graph.row
-    with_row = base + graph.row.numel() * graph.row.element_size()
-    assert graph.nbytes == with_row
+    assert base == size(graph.rowptr, graph.col, graph.row, graph.edge_perm)
+    t = graph.transpose
+    with_t = base + size(t.rowptr, t.col, t.row, t.perm)
+    assert graph.nbytes == with_t
     looped = graph.with_remaining_self_loops()
-    assert graph.nbytes == with_row + looped.nbytes
+    assert graph.nbytes == with_t + looped.nbytes
+    assert looped.nbytes == size(looped.rowptr, looped.col, looped.row,
+                                 looped.state.edge_origin)
+
+
+def test_derived_state_is_lazy():
+    graph = Graph.from_edge_index(random_graph(30, 30, 100, seed=16), num_nodes=30)
+    assert graph.state.transpose is None and graph.state.self_loop_graph is None
+    graph.with_remaining_self_loops()
+    assert graph.state.transpose is None  # self loops need no CSR^T (nor a sort)
+
+
+def test_grouped_input_needs_no_sort(monkeypatch):
+    edge_index = random_graph(30, 30, 100, seed=17)
+    grouped = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+
+    def fail(*args, **kwargs):
+        raise AssertionError("sorted")
+
+    monkeypatch.setattr(torch, "sort", fail)
+    graph = Graph.from_edge_index(grouped, num_nodes=30)
+    assert graph.edge_perm is None
+    graph.with_remaining_self_loops()
+    monkeypatch.undo()
+    assert_structure(graph, grouped, 30, 30)
+
+
+def test_forced_int64_indices(monkeypatch):
+    monkeypatch.setenv(ENV_FORCE_INT64, "1")
+    edge_index = random_graph(30, 20, 100, seed=18)
+    graph = Graph.from_edge_index(edge_index, num_nodes=(30, 20))
+    assert graph.col.dtype == graph.rowptr.dtype == torch.int64
+    assert graph.transpose.col.dtype == torch.int64
+    assert_structure(graph, edge_index, 30, 20)
+
+
+def test_reversed_graph():
+    edge_index = random_graph(30, 20, 100, seed=19)
+    graph = Graph.from_edge_index(edge_index, num_nodes=(30, 20))
+    reversed_graph = graph.reversed()
+    assert reversed_graph is graph.reversed()
+    assert_structure(reversed_graph, edge_index.flip(0), 20, 30, stable=False)
 
 
 def test_with_remaining_self_loops_matches_pyg():
@@ -141,19 +187,28 @@ def test_with_remaining_self_loops_matches_pyg():
     looped = graph.with_remaining_self_loops()
     assert looped is graph.with_remaining_self_loops()
     ref_index, ref_weight = add_remaining_self_loops(edge_index, weight, 7.0, 25)
-    assert looped.num_edges == ref_index.size(1)
-    origin = looped.cache["edge_origin"]
-    ours = torch.where(origin >= 0, weight[origin.clamp(min=0)], torch.tensor(7.0))
-    # Compare as multisets of (dst, src, weight).
-    def canon(index, w):
+    origin = looped.state.edge_origin
+    dropped = origin == DROPPED_LOOP
+    # Input loops stay in the structure with weight 0; everything else is PyG's.
+    assert looped.num_edges == ref_index.size(1) + int(dropped.sum())
+    assert torch.equal(looped.col[dropped], looped.row[dropped])
+    fill = torch.where(origin == NEW_LOOP, 7.0, 0.0)
+    ours = torch.where(origin >= 0, weight[origin.clamp(min=0)], fill)[~dropped]
+
+    def canon(index, w):  # as multisets of (dst, src, weight)
         keys = index[1] * 25 + index[0]
         order = torch.argsort(keys * 1000 + (w * 999).long())
         return keys[order], w[order]
-    row = torch.repeat_interleave(torch.arange(25), looped.rowptr.long().diff())
-    k1, w1 = canon(torch.stack([looped.col.long(), row]), ours)
+
+    row = looped.row.long()[~dropped]
+    k1, w1 = canon(torch.stack([looped.col.long()[~dropped], row]), ours)
     k2, w2 = canon(ref_index, ref_weight)
     assert torch.equal(k1, k2)
     torch.testing.assert_close(w1, w2)
+    # The structure is a valid CSR: rows grouped, one loop first in every row.
+    assert torch.equal(looped.rowptr.long().diff(), torch.bincount(looped.row.long(),
+                                                                  minlength=25))
+    assert torch.equal(looped.col[looped.rowptr[:-1].long()].long(), torch.arange(25))
 
 
 @pytest.mark.parametrize("bad, error, match", [
@@ -172,8 +227,6 @@ def test_bad_edge_index(bad, error, match):
 def test_bad_inputs_of_other_kinds():
     with pytest.raises(TypeError, match="expected an edge_index"):
         Graph.from_input([[0, 1], [1, 0]])
-    with pytest.raises(ValueError, match="int64 CSR sort keys"):
-        Graph.from_edge_index(torch.tensor([[0], [0]]), num_nodes=2**31)
     with pytest.raises(ValueError, match="non-negative"):
         Graph.from_edge_index(torch.tensor([[0], [0]]), num_nodes=(-1, 3))
     graph = Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=3)

@@ -4,63 +4,104 @@ A :class:`Graph` is built once, on the input's device with torch ops, from
 an ``edge_index`` (``[2, E]``, row 0 = source, row 1 = destination),
 ``torch_geometric.EdgeIndex``, a torch.sparse COO/CSR adjacency or a
 ``torch_sparse.SparseTensor`` (sparse inputs follow PyG's ``adj_t``
-convention: rows are destinations, columns sources). It holds
+convention: rows are destinations, columns sources).
 
-* CSR by destination: ``rowptr`` [num_dst + 1], ``col`` [E] (sources), sorted
-  by (destination, source);
-* CSR^T by source: ``rowptr_t`` [num_src + 1], ``col_t`` [E] (destinations);
-* ``edge_perm`` (CSR position -> input edge id) to carry edge weights and
-  ``t_to_csr`` (CSR^T position -> CSR position) to carry CSR values;
-* degrees, and per-graph state that ops cache (normalized values; the
-  cuSPARSE plans live in ops.spmm_plan and are released with the Graph
-  through :func:`register_release_hook`).
+Building it costs at most one sort and exactly one host synchronisation
+(the index-range check, which also finds out whether the edges are already
+grouped by destination, as PyG's neighbour samplers emit them; then no sort
+runs at all). It holds CSR by destination:
+
+* ``rowptr`` [num_dst + 1], ``col`` [E] (sources) and ``row`` [E]
+  (destinations), entries grouped by destination in input order within a
+  destination;
+* ``edge_perm`` (CSR position -> input edge id; None when the input was
+  already grouped, i.e. the identity);
+* ``input_values``: the sparse input's values (input edge order), if any.
+
+Everything else is derived lazily, the first time something needs it, and
+kept on :attr:`Graph.state` (a :class:`GraphState`): the CSR^T by source
+(one more sort, built when a backward needs A^T), the graph with PyG's
+remaining self loops (no sort), normalized edge values and native plans.
+All of it is released with the Graph and counted by :attr:`Graph.nbytes`.
 
 Index tensors are int32 while node and edge counts fit, else int64.
 :meth:`Graph.from_input` finds the Graph of a tensor it has seen before
 (same object, same version counter, same node counts) without any graph
 work; the cache holds the tensor weakly, so nothing leaks.
 
-Under torch.compile, building a Graph (and its derived caches) runs
-eagerly (``torch.compiler.disable``); a Graph passed in whose caches are
-filled traces with no graph break.
+Under torch.compile, building a Graph (and its derived state) runs eagerly
+(``torch.compiler.disable``); a Graph passed in whose state is filled traces
+with no graph break.
 """
 from __future__ import annotations
 
+import os
 import weakref
-from typing import Any, Callable, Optional, Tuple, Union
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 NumNodes = Union[None, int, Tuple[int, int]]
 
 INT32_LIMIT = 2**31 - 1
-# Sort keys dst * num_src + src are int64: num_src * num_dst must stay below this.
-MAX_KEY_SPACE = 2**62
+# Tests set this to build every Graph with int64 indices (the path large graphs take).
+ENV_FORCE_INT64 = "PYG_IOAWARE_FORCE_INT64_INDICES"
+
+# edge_origin codes of a self-loop graph's entries that carry no input edge.
+NEW_LOOP = -1  # an added self loop: weight = the fill value
+DROPPED_LOOP = -2  # an input self loop replaced by the added one: weight 0
+
+
+@dataclass
+class Transpose:
+    """CSR^T of a Graph (rows = sources): ``rowptr`` [num_src + 1], ``col``
+    [E] (destinations), ``row`` [E] (sources), ``perm`` (CSR^T position ->
+    CSR position)."""
+    rowptr: Tensor
+    col: Tensor
+    row: Tensor
+    perm: Tensor
+
+
+@dataclass
+class GraphState:
+    """Derived state of a Graph, filled lazily by whoever needs it.
+
+    ``transpose``: the CSR^T; ``self_loop_graph``: the graph with PyG's
+    remaining self loops; ``reversed_graph``: every edge reversed; ``edge_origin`` (on a self-loop graph only): per
+    CSR entry the input edge id of the graph it derives from, NEW_LOOP or
+    DROPPED_LOOP; ``values``: normalized edge values per (mode, dtype),
+    filled by ops.normalize; ``spmm_plans``: native SpMM plans per
+    (direction, width, dtype, backend), filled by ops.spmm_backends.
+    """
+    transpose: Optional[Transpose] = None
+    self_loop_graph: Optional["Graph"] = None
+    reversed_graph: Optional["Graph"] = None
+    edge_origin: Optional[Tensor] = None
+    values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
+    spmm_plans: Dict[tuple, Any] = field(default_factory=dict)
 
 
 class Graph:
-    """A graph in CSR (by destination) and CSR^T (by source) form.
+    """A graph in CSR form by destination; CSR^T and other views on demand.
 
     Build with :meth:`from_input` (cached) or :meth:`from_edge_index`.
     """
 
-    def __init__(self, *, rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_t: Tensor,
-                 edge_perm: Tensor, t_to_csr: Tensor, num_src: int, num_dst: int,
-                 edge_values: Optional[Tensor] = None):
+    def __init__(self, *, rowptr: Tensor, col: Tensor, row: Tensor, num_src: int, num_dst: int,
+                 edge_perm: Optional[Tensor] = None, input_values: Optional[Tensor] = None):
         self.rowptr = mark_static(rowptr)
         self.col = mark_static(col)
-        self.rowptr_t = mark_static(rowptr_t)
-        self.col_t = mark_static(col_t)
+        self.row = row
         self.edge_perm = edge_perm
-        self.t_to_csr = t_to_csr
         self.num_src = num_src
         self.num_dst = num_dst
-        self.edge_values = edge_values
-        # Per-graph caches filled lazily by the ops (keyed by the op's own keys).
-        self.cache: dict = {}
-        # Native state built on this structure (e.g. cuSPARSE plans) goes with it.
-        weakref.finalize(self, _release_structures, (rowptr.data_ptr(), rowptr_t.data_ptr()))
+        self.input_values = input_values
+        self.state = GraphState()
+        trust_csr(self.rowptr, self.col, num_src)
 
     # ------------------------------------------------------------ properties
     @property
@@ -70,6 +111,10 @@ class Graph:
     @property
     def device(self) -> torch.device:
         return self.col.device
+
+    @property
+    def index_dtype(self) -> torch.dtype:
+        return self.col.dtype
 
     @property
     def is_bipartite(self) -> bool:
@@ -83,29 +128,37 @@ class Graph:
     @property
     def out_degree(self) -> Tensor:
         """Number of outgoing edges of every source node."""
-        return self.rowptr_t.diff()
+        return self.transpose.rowptr.diff()
 
     @property
-    def row(self) -> Tensor:
-        """Destination of every CSR entry (cached)."""
-        if "row" not in self.cache:
-            self.cache["row"] = _expand_rowptr(self.rowptr, self.num_edges)
-        return self.cache["row"]
+    def transpose(self) -> Transpose:
+        """The CSR^T by source (built on first use: one stable sort)."""
+        if self.state.transpose is None:
+            self.state.transpose = self._build_transpose()
+        return self.state.transpose
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the structure, every cached tensor and the derived
-        graphs it caches (the self-loop graph)."""
-        cached = _flatten(self.cache.values())
-        tensors = [self.rowptr, self.col, self.rowptr_t, self.col_t, self.edge_perm,
-                   self.t_to_csr, self.edge_values]
-        tensors += [t for t in cached if isinstance(t, Tensor)]
+        """Bytes held by the structure and all its derived state (the
+        self-loop graph included)."""
+        state = self.state
+        tensors = [self.rowptr, self.col, self.row, self.edge_perm, self.input_values,
+                   state.edge_origin]
+        if state.transpose is not None:
+            t = state.transpose
+            tensors += [t.rowptr, t.col, t.row, t.perm]
+        for values in state.values.values():
+            tensors += values.tensors()
         seen, total = set(), 0
         for t in tensors:
             if t is not None and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()
-        return total + sum(g.nbytes for g in cached if isinstance(g, Graph))
+        total += sum(plan.nbytes for plan in state.spmm_plans.values())
+        for derived in (state.self_loop_graph, state.reversed_graph):
+            if derived is not None:
+                total += derived.nbytes
+        return total
 
     def __repr__(self) -> str:
         return (f"Graph(num_src={self.num_src}, num_dst={self.num_dst}, "
@@ -114,21 +167,30 @@ class Graph:
     # ---------------------------------------------------------- construction
     @classmethod
     def from_edge_index(cls, edge_index: Tensor, num_nodes: NumNodes = None,
-                        edge_values: Optional[Tensor] = None) -> "Graph":
+                        input_values: Optional[Tensor] = None) -> "Graph":
         """Builds a Graph from ``edge_index`` [2, E] (no caching).
 
         ``num_nodes`` is an int (square graph), a ``(num_src, num_dst)`` pair
         (bipartite), or None (``edge_index.max() + 1``, square).
         """
         _check_edge_index(edge_index)
-        src, dst = edge_index[0], edge_index[1]
-        num_src, num_dst = _resolve_num_nodes(src, dst, num_nodes)
-        _check_index_range(src, num_src, "source (edge_index[0])")
-        _check_index_range(dst, num_dst, "destination (edge_index[1])")
-        if edge_values is not None and edge_values.size(0) != src.numel():
-            raise ValueError(f"Graph: expected {src.numel()} edge values, got "
-                             f"{edge_values.size(0)}")
-        return cls._build(src.long(), dst.long(), num_src, num_dst, edge_values)
+        num_edges = edge_index.size(1)
+        if input_values is not None and input_values.size(0) != num_edges:
+            raise ValueError(f"Graph: expected {num_edges} edge values, got "
+                             f"{input_values.size(0)}")
+        if num_edges == 0:
+            num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
+            return cls._build(edge_index, num_src, num_dst, input_values, grouped=True)
+        low, high, grouped = _index_stats(edge_index)  # the one host synchronisation
+        num_src, num_dst = _resolve_num_nodes(num_nodes, max(high) + 1)
+        for i, (what, size) in enumerate((("source (edge_index[0])", num_src),
+                                          ("destination (edge_index[1])", num_dst))):
+            if low[i] < 0:
+                raise ValueError(f"Graph: {what} index {low[i]} is negative")
+            if high[i] >= size:
+                raise ValueError(f"Graph: {what} index {high[i]} is out of range for "
+                                 f"{size} nodes")
+        return cls._build(edge_index, num_src, num_dst, input_values, grouped)
 
     @classmethod
     def from_input(cls, adj: Any, num_nodes: NumNodes = None) -> "Graph":
@@ -159,81 +221,112 @@ class Graph:
     def _from_torch_sparse(cls, adj: Tensor, num_nodes: NumNodes) -> "Graph":
         if adj.dim() != 2:
             raise ValueError(f"Graph: expected a 2-D sparse adjacency, got {adj.dim()}-D")
-        if adj.layout == torch.sparse_csr:
-            dst = _expand_rowptr(adj.crow_indices(), adj.col_indices().numel())
-            src, values = adj.col_indices(), adj.values()
-        else:
-            adj = adj.coalesce()
-            dst, src = adj.indices()
-            values = adj.values()
-        edge_index = torch.stack([src.long(), dst.long()])
         size = (adj.size(1), adj.size(0))
         _check_sparse_size(size, num_nodes)
-        return cls.from_edge_index(edge_index, size, edge_values=values)
+        if adj.layout == torch.sparse_csr:
+            crow, src = adj.crow_indices(), adj.col_indices().long()
+            dst = _expand_rowptr(crow.long(), src.numel())
+            values = adj.values()
+        else:
+            adj = adj.coalesce()  # sorted by (row = destination, column)
+            dst, src = adj.indices()
+            values = adj.values()
+        return cls.from_edge_index(torch.stack([src, dst]), size, input_values=values)
 
     @classmethod
     def _from_sparse_tensor(cls, adj: Any, num_nodes: NumNodes) -> "Graph":
-        dst, src, values = adj.coo()
+        dst, src, values = adj.coo()  # row-major: grouped by destination
         size = (adj.size(1), adj.size(0))
         _check_sparse_size(size, num_nodes)
-        return cls.from_edge_index(torch.stack([src, dst]), size, edge_values=values)
+        return cls.from_edge_index(torch.stack([src, dst]), size, input_values=values)
 
     @classmethod
-    def _build(cls, src: Tensor, dst: Tensor, num_src: int, num_dst: int,
-               edge_values: Optional[Tensor]) -> "Graph":
-        num_edges = src.numel()
-        index_dtype = (torch.int32 if max(num_src, num_dst, num_edges) <= INT32_LIMIT
-                       else torch.int64)
-        # CSR by destination, entries sorted by (destination, source).
-        edge_perm = torch.argsort(dst * num_src + src, stable=True)
-        dst_sorted, src_sorted = dst[edge_perm], src[edge_perm]
-        # CSR^T by source: CSR positions sorted by (source, destination).
-        t_to_csr = torch.argsort(src_sorted * num_dst + dst_sorted, stable=True)
-        return cls(
-            rowptr=_rowptr(dst, num_dst, index_dtype),
-            col=src_sorted.to(index_dtype),
-            rowptr_t=_rowptr(src, num_src, index_dtype),
-            col_t=dst_sorted[t_to_csr].to(index_dtype),
-            edge_perm=edge_perm.to(index_dtype),
-            t_to_csr=t_to_csr.to(index_dtype),
-            num_src=num_src,
-            num_dst=num_dst,
-            edge_values=edge_values,
-        )
+    def _build(cls, edge_index: Tensor, num_src: int, num_dst: int,
+               input_values: Optional[Tensor], grouped: bool) -> "Graph":
+        """CSR by destination from an edge_index whose range is checked:
+        one stable sort by destination unless ``grouped``."""
+        index_dtype = _index_dtype(num_src, num_dst, edge_index.size(1))
+        src, dst = edge_index[0], edge_index[1]
+        edge_perm = None
+        if grouped:
+            row = dst.to(index_dtype)
+            col = src.to(index_dtype)
+        else:
+            row, edge_perm = torch.sort(dst.to(index_dtype), stable=True)
+            edge_perm = edge_perm.to(index_dtype)
+            col = src.to(index_dtype)[edge_perm]
+        return cls(rowptr=_rowptr(row, num_dst), col=col, row=row, num_src=num_src,
+                   num_dst=num_dst, edge_perm=edge_perm, input_values=input_values)
 
-    # ------------------------------------------------------- derived graphs
+    # ------------------------------------------------------- derived views
+    @torch.compiler.disable
+    def _build_transpose(self) -> Transpose:
+        sources, perm = torch.sort(self.col, stable=True)
+        perm = perm.to(self.index_dtype)
+        transpose = Transpose(rowptr=mark_static(_rowptr(sources, self.num_src)),
+                              col=mark_static(self.row[perm]), row=sources, perm=perm)
+        trust_csr(transpose.rowptr, transpose.col, self.num_dst)
+        return transpose
+
+    def reversed(self) -> "Graph":
+        """The graph with every edge reversed (PyG's flow="target_to_source"),
+        sharing this graph's CSR^T as its CSR (cached)."""
+        if self.state.reversed_graph is None:
+            t = self.transpose
+            perm = t.perm if self.edge_perm is None else self.edge_perm[t.perm]
+            self.state.reversed_graph = Graph(
+                rowptr=t.rowptr, col=t.col, row=t.row, num_src=self.num_dst,
+                num_dst=self.num_src, edge_perm=perm, input_values=self.input_values)
+        return self.state.reversed_graph
+
     def with_remaining_self_loops(self) -> "Graph":
-        """PyG's ``add_remaining_self_loops``: every existing self loop is
-        dropped and exactly one loop per node added (cached).
+        """PyG's ``add_remaining_self_loops``: every input self loop is
+        replaced by exactly one loop per node (cached).
 
-        The result's ``cache["edge_origin"]`` maps each of its CSR entries to
-        the input edge id whose weight it carries: the edge itself, the last
-        self loop of that node in the input, or -1 (a new loop, which gets
-        the fill value). Its ``edge_perm`` indexes its own construction
-        order, not the input edges: carry weights through ``edge_origin``.
+        No sort: each row gets its loop first, then its entries in order.
+        Input self loops stay in the structure as DROPPED_LOOP entries of
+        weight 0 (removing them would need a host synchronisation for the
+        new size). ``state.edge_origin`` of the result maps each entry to the
+        input edge whose weight it carries: the edge itself, the node's last
+        input self loop (for the added loop, as PyG), NEW_LOOP (fill value)
+        or DROPPED_LOOP (0).
         """
-        if "self_loop_graph" not in self.cache:
-            self.cache["self_loop_graph"] = self._build_self_loop_graph()
-        return self.cache["self_loop_graph"]
+        if self.state.self_loop_graph is None:
+            self.state.self_loop_graph = self._build_self_loop_graph()
+        return self.state.self_loop_graph
 
     @torch.compiler.disable
     def _build_self_loop_graph(self) -> "Graph":
         if self.is_bipartite:
             raise ValueError(f"Graph: self loops need a square graph, got num_src={self.num_src}"
                              f" and num_dst={self.num_dst}")
-        n, device = self.num_dst, self.device
-        src, dst = self.col.long(), self.row.long()
-        input_id = self.edge_perm.long()
-        is_loop = src == dst
-        last_loop = torch.full((n,), -1, dtype=torch.long, device=device)
-        last_loop.scatter_reduce_(0, dst[is_loop], input_id[is_loop], reduce="amax")
+        n, num_edges, device = self.num_dst, self.num_edges, self.device
+        index_dtype = _index_dtype(n, n, num_edges + n)
         nodes = torch.arange(n, device=device)
-        keep = ~is_loop
-        new_src = torch.cat([src[keep], nodes])
-        new_dst = torch.cat([dst[keep], nodes])
-        origin = torch.cat([input_id[keep], last_loop])
-        looped = Graph._build(new_src, new_dst, n, n, None)
-        looped.cache["edge_origin"] = origin[looped.edge_perm.long()]
+        rowptr = self.rowptr.long() + torch.arange(n + 1, device=device)
+        # Entry e of row r moves by r + 1 (the loops of rows 0..r); loop r sits at rowptr[r].
+        row = self.row.long()
+        entry_pos = torch.arange(num_edges, device=device) + row + 1
+        loop_pos = rowptr[:-1]
+        col = torch.empty(num_edges + n, dtype=index_dtype, device=device)
+        col[entry_pos] = self.col.to(index_dtype)
+        col[loop_pos] = nodes.to(index_dtype)
+        new_row = torch.empty_like(col)
+        new_row[entry_pos] = self.row.to(index_dtype)
+        new_row[loop_pos] = nodes.to(index_dtype)
+
+        input_id = (torch.arange(num_edges, device=device) if self.edge_perm is None
+                    else self.edge_perm.long())
+        is_loop = self.col.long() == row
+        last_loop = torch.full((n,), NEW_LOOP, dtype=torch.long, device=device)
+        last_loop.scatter_reduce_(0, row, torch.where(is_loop, input_id, NEW_LOOP), "amax")
+        origin = torch.empty(num_edges + n, dtype=torch.long, device=device)
+        origin[entry_pos] = torch.where(is_loop, DROPPED_LOOP, input_id)
+        origin[loop_pos] = last_loop
+
+        looped = Graph(rowptr=rowptr.to(index_dtype), col=col, row=new_row, num_src=n,
+                       num_dst=n)
+        looped.state.edge_origin = origin
         return looped
 
 
@@ -300,50 +393,65 @@ def clear_graph_cache() -> None:
     _GRAPH_CACHE.clear()
 
 
-# --------------------------------------------------- release of native state
-_RELEASE_HOOKS: list = []
+# ------------------------------------------- CSR structures known valid
+class _ValidCsr:
+    """A CSR structure known valid (rowptr from 0 to nnz, non-decreasing):
+    every col entry is below ``col_bound``, while neither tensor changes."""
+    __slots__ = ("col", "versions", "col_bound")
+
+    def __init__(self, rowptr: Tensor, col: Tensor, col_bound: int):
+        self.col = weakref.ref(col)
+        self.versions = (rowptr._version, col._version)
+        self.col_bound = col_bound
 
 
-def register_release_hook(hook: Callable[[int], None]) -> None:
-    """``hook(rowptr_pointer)`` runs for the CSR and the CSR^T rowptr of
-    every Graph that is garbage-collected (ops drop state built on them)."""
-    _RELEASE_HOOKS.append(hook)
+_VALID_CSR: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
-def _release_structures(rowptr_pointers: Tuple[int, ...]) -> None:
-    for hook in _RELEASE_HOOKS:
-        for pointer in rowptr_pointers:
-            hook(pointer)
+def trust_csr(rowptr: Tensor, col: Tensor, col_bound: int) -> None:
+    """Records that (rowptr, col) is a valid CSR structure with every col
+    entry below ``col_bound`` (Graphs record theirs; ops.checks records what
+    it has read), so raw ops need not read it again."""
+    _VALID_CSR[rowptr] = _ValidCsr(rowptr, col, col_bound)
+
+
+def known_valid_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> bool:
+    """True if (rowptr, col) was recorded valid with col entries below
+    ``num_cols`` and neither tensor changed since."""
+    known = _VALID_CSR.get(rowptr)
+    return (known is not None and known.col() is col and known.col_bound <= num_cols
+            and known.versions == (rowptr._version, col._version))
 
 
 # ------------------------------------------------------------------ helpers
 def mark_static(tensor: Tensor) -> Tensor:
     """Tells torch.compile the tensor keeps its address: CUDA-graph trees then
-    use it in place instead of copying it into their pool each replay (the
-    native plans are keyed by these addresses). Not guarded, so a new Graph
-    does not recompile."""
+    use it in place instead of copying it into their pool each replay. Not
+    guarded, so a new Graph does not recompile."""
     torch._dynamo.mark_static_address(tensor, guard=False)
     return tensor
 
 
+def _index_dtype(num_src: int, num_dst: int, num_edges: int) -> torch.dtype:
+    if os.environ.get(ENV_FORCE_INT64) == "1":
+        return torch.int64
+    return torch.int32 if max(num_src, num_dst, num_edges) <= INT32_LIMIT else torch.int64
 
 
-def _flatten(values) -> list:
-    out = []
-    for v in values:
-        if isinstance(v, (tuple, list)):
-            out += _flatten(v)
-        elif isinstance(v, dict):
-            out += _flatten(v.values())
-        else:
-            out.append(v)
-    return out
+def _index_stats(edge_index: Tensor) -> Tuple[list, list, bool]:
+    """([min src, min dst], [max src, max dst], destinations non-decreasing),
+    read back in one host synchronisation."""
+    low, high = torch.aminmax(edge_index, dim=1)
+    dst = edge_index[1]
+    unsorted = (dst[1:] < dst[:-1]).any().to(low.dtype).unsqueeze(0)
+    stats = torch.cat([low, high, unsorted]).tolist()
+    return stats[0:2], stats[2:4], stats[4] == 0
 
 
-def _rowptr(index: Tensor, num_rows: int, dtype: torch.dtype) -> Tensor:
-    rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=index.device)
-    torch.cumsum(torch.bincount(index, minlength=num_rows), 0, out=rowptr[1:])
-    return rowptr.to(dtype)
+def _rowptr(sorted_index: Tensor, num_rows: int) -> Tensor:
+    """CSR row pointer of a non-decreasing index (no host synchronisation)."""
+    return torch._convert_indices_from_coo_to_csr(
+        sorted_index, num_rows, out_int32=sorted_index.dtype == torch.int32)
 
 
 def _expand_rowptr(rowptr: Tensor, num_entries: int) -> Tensor:
@@ -380,21 +488,17 @@ def _edge_index_sparse_size(edge_index: Tensor) -> NumNodes:
 
 
 def _check_edge_index(edge_index: Tensor) -> None:
-    if edge_index.is_floating_point() or edge_index.is_complex() or \
-            edge_index.dtype == torch.bool:
+    if edge_index.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"Graph: edge_index must be an integer tensor (int32 or int64), "
                         f"got {edge_index.dtype}")
-    if edge_index.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"Graph: edge_index must be int32 or int64, got {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"Graph: edge_index must have shape [2, num_edges], "
                          f"got {list(edge_index.shape)}")
 
 
-def _resolve_num_nodes(src: Tensor, dst: Tensor, num_nodes: NumNodes) -> Tuple[int, int]:
+def _resolve_num_nodes(num_nodes: NumNodes, inferred: int) -> Tuple[int, int]:
     if num_nodes is None:
-        n = int(torch.maximum(src.max(), dst.max())) + 1 if src.numel() > 0 else 0
-        return n, n
+        return inferred, inferred
     if isinstance(num_nodes, (tuple, list)):
         if len(num_nodes) != 2:
             raise ValueError(f"Graph: num_nodes must be an int or (num_src, num_dst), "
@@ -404,20 +508,7 @@ def _resolve_num_nodes(src: Tensor, dst: Tensor, num_nodes: NumNodes) -> Tuple[i
         num_src = num_dst = int(num_nodes)
     if min(num_src, num_dst) < 0:
         raise ValueError(f"Graph: node counts must be non-negative, got ({num_src}, {num_dst})")
-    if num_src * num_dst >= MAX_KEY_SPACE:
-        raise ValueError(f"Graph: {num_src} x {num_dst} nodes is beyond what the int64 CSR "
-                         f"sort keys support (num_src * num_dst < 2^62)")
     return num_src, num_dst
-
-
-def _check_index_range(index: Tensor, size: int, what: str) -> None:
-    if index.numel() == 0:
-        return
-    low, high = int(index.min()), int(index.max())
-    if low < 0:
-        raise ValueError(f"Graph: {what} index {low} is negative")
-    if high >= size:
-        raise ValueError(f"Graph: {what} index {high} is out of range for {size} nodes")
 
 
 def _check_sparse_size(size: Tuple[int, int], num_nodes: NumNodes) -> None:

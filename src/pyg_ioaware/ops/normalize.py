@@ -1,0 +1,105 @@
+"""Edge values of the SpMM family: a_e per CSR entry, in CSR order (and in
+CSR^T order for backward).
+
+For a graph with edge weights w (ones when none are given):
+
+* ``"sum"``:  a_e = w_e
+* ``"mean"``: a_e = w_e / indeg(dst_e)             (PyG's scatter mean of w_e x_src)
+* ``"gcn"``:  a_e = deg^-1/2(src_e) w_e deg^-1/2(dst_e),  deg(v) = sum of w over
+  edges into v, deg^-1/2 = 0 where deg = 0 (PyG's ``gcn_norm``; self loops
+  come from Graph.with_remaining_self_loops, whose dropped input loops weigh 0).
+
+Values are computed in float32 (float64 for float64) and returned in the
+requested dtype. Without weights they are cached on the Graph per (mode,
+dtype) (computed eagerly under torch.compile); with weights they are
+recomputed on every call, so gradients flow to the weights.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from ..graph import DROPPED_LOOP, NEW_LOOP, Graph, mark_static
+from .dispatch import accumulator_dtype
+
+MODES = ("sum", "mean", "gcn")
+
+
+class EdgeValues:
+    """a_e in CSR order, and (on first use, then kept) in CSR^T order."""
+
+    def __init__(self, graph: Graph, values: Tensor, static: bool):
+        self.graph = graph
+        self.values = mark_static(values) if static else values
+        self._static = static
+        self._values_t: Optional[Tensor] = None
+
+    @property
+    def values_t(self) -> Tensor:
+        if self._values_t is None:
+            values_t = self.values[self.graph.transpose.perm]
+            self._values_t = mark_static(values_t) if self._static else values_t
+        return self._values_t
+
+    def tensors(self) -> List[Tensor]:
+        return [t for t in (self.values, self._values_t) if t is not None]
+
+
+def weights_in_csr_order(graph: Graph, edge_weight: Optional[Tensor],
+                         fill_value: float = 1.0) -> Optional[Tensor]:
+    """``edge_weight`` (one per input edge of the graph this one derives
+    from) in ``graph``'s CSR order. On a self-loop graph, added loops
+    without an input loop get ``fill_value`` and dropped input loops 0."""
+    if edge_weight is None:
+        return None
+    origin = graph.state.edge_origin
+    if origin is None:
+        return edge_weight if graph.edge_perm is None else edge_weight[graph.edge_perm]
+    picked = edge_weight[origin.clamp(min=0)]
+    fill = torch.where(origin == NEW_LOOP, fill_value, 0.0).to(picked.dtype)
+    return torch.where(origin >= 0, picked, fill)
+
+
+def normalized_values(graph: Graph, weight_csr: Optional[Tensor], mode: str,
+                      dtype: torch.dtype) -> EdgeValues:
+    """a_e for ``mode`` in ``dtype``; ``weight_csr`` are edge weights in CSR
+    order or None (ones)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown normalization {mode!r}: expected one of {MODES}")
+    if weight_csr is not None:
+        return EdgeValues(graph, _compute(graph, weight_csr, mode, dtype), static=False)
+    key = (mode, dtype)
+    cached = graph.state.values.get(key)
+    if cached is None:
+        cached = graph.state.values[key] = _compute_cached(graph, mode, dtype)
+    return cached
+
+
+@torch.compiler.disable
+def _compute_cached(graph: Graph, mode: str, dtype: torch.dtype) -> EdgeValues:
+    return EdgeValues(graph, _compute(graph, None, mode, dtype), static=True)
+
+
+def _compute(graph: Graph, weight_csr: Optional[Tensor], mode: str,
+             dtype: torch.dtype) -> Tensor:
+    acc = accumulator_dtype(dtype)
+    if weight_csr is not None:
+        weight = weight_csr.to(acc)
+    elif graph.state.edge_origin is not None:  # a self-loop graph: dropped loops weigh 0
+        weight = (graph.state.edge_origin != DROPPED_LOOP).to(acc)
+    else:
+        weight = torch.ones(graph.num_edges, dtype=acc, device=graph.device)
+    if mode == "mean":
+        weight = weight / graph.in_degree.to(acc).clamp(min=1)[graph.row]
+    elif mode == "gcn":
+        if graph.is_bipartite:
+            raise ValueError("GCN normalization needs a square graph, got "
+                             f"num_src={graph.num_src}, num_dst={graph.num_dst}")
+        deg = torch.zeros(graph.num_dst, dtype=acc, device=graph.device)
+        deg.index_add_(0, graph.row, weight)
+        deg_inv_sqrt = deg.pow(-0.5)
+        deg_inv_sqrt.masked_fill_(deg_inv_sqrt == float("inf"), 0.0)
+        weight = deg_inv_sqrt[graph.col] * weight * deg_inv_sqrt[graph.row]
+    return weight.to(dtype)

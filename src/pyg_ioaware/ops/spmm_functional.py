@@ -1,0 +1,137 @@
+"""The SpMM family's orchestration: what layers (and users who want no
+module) call.
+
+It takes the adjacency in any form :meth:`Graph.from_input` accepts, picks
+up edge weights, adds self loops, normalizes, and runs the differentiable
+SpMM. Layers stay thin: they hold an :class:`SpmmAdjacency` (or build one
+per call) and call :meth:`SpmmAdjacency.propagate` on their projected
+features.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from ..graph import Graph, NumNodes
+from . import checks
+from .normalize import normalized_values, weights_in_csr_order
+from .spmm import SpmmFunction, backward_structure, spmm_trusted
+
+PairTensor = Tuple[Tensor, Optional[Tensor]]
+FLOWS = ("source_to_target", "target_to_source")
+
+
+class SpmmAdjacency:
+    """A graph, its edge weights in CSR order (None: ones) and a
+    normalization mode: everything a propagation needs.
+
+    ``propagate(h)``: out[d] = sum over edges (s -> d) of a_e h[s], with a_e
+    as in ops.normalize for ``mode``; differentiable in h and the weights.
+    """
+
+    def __init__(self, graph: Graph, weight_csr: Optional[Tensor], mode: str):
+        self.graph = graph
+        self.weight_csr = weight_csr
+        self.mode = mode
+
+    def propagate(self, h: Tensor, node_dim: int = 0) -> Tensor:
+        """Aggregates ``h`` ([N, C], [N, H, C], or [B, N, C] with
+        ``node_dim=-2``) over the graph; the output keeps the layout."""
+        graph = self.graph
+        if not isinstance(h, Tensor):
+            raise TypeError(f"propagate: expected node features as a tensor, got "
+                            f"{type(h).__name__}")
+        moved = h.movedim(node_dim, 0)
+        checks.node_features(moved, graph.num_src, graph.device, "propagate")
+        out = propagate(graph, self.weight_csr, self.mode, moved.flatten(1))
+        return out.view(graph.num_dst, *moved.shape[1:]).movedim(0, node_dim)
+
+    def __repr__(self) -> str:
+        weighted = self.weight_csr is not None
+        return f"SpmmAdjacency({self.graph}, mode={self.mode!r}, weighted={weighted})"
+
+
+def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor) -> Tensor:
+    """out[d] = sum over edges (s -> d) of a_e x[s] for 2-D x, already
+    checked; a_e from ``mode`` and ``weight_csr``. Where nothing needs a
+    gradient (inference) the autograd Function is skipped and no CSR^T is
+    built."""
+    edge_values = normalized_values(graph, weight_csr, mode, x.dtype)
+    values = edge_values.values
+    if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
+        rowptr_t, col_t = backward_structure(graph)
+        values_t = None if rowptr_t is None else edge_values.values_t
+        return SpmmFunction.apply(graph.rowptr, graph.col, values, rowptr_t, col_t, values_t,
+                                  x, False, graph.num_dst)
+    return spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False)
+
+
+def input_edge_weight(graph: Graph, edge_weight: Optional[Tensor], who: str) -> Optional[Tensor]:
+    """The edge weights to use, one per input edge: ``edge_weight``, else the
+    sparse input's values, else None (all ones); checked against the graph."""
+    if edge_weight is None:
+        edge_weight = graph.input_values
+    checks.edge_weight(edge_weight, graph.num_edges, graph.device, who)
+    return edge_weight
+
+
+def gcn_adjacency(adj: Any, num_nodes: NumNodes, edge_weight: Optional[Tensor] = None, *,
+                  add_self_loops: bool = True, improved: bool = False, normalize: bool = True,
+                  flow: str = "source_to_target") -> SpmmAdjacency:
+    """The adjacency GCNConv propagates over.
+
+    ``normalize=True``: PyG's ``gcn_norm``, D^-1/2 Â D^-1/2 with Â = A plus
+    PyG's remaining self loops where ``add_self_loops`` (fill value 2 with
+    ``improved`` where weights are given, as PyG); ``normalize=False``: the
+    raw weights. ``flow="target_to_source"`` sends messages from
+    edge_index[1] to edge_index[0], as in PyG.
+    """
+    who = "GCNConv"
+    if flow not in FLOWS:
+        raise ValueError(f"{who}: flow must be one of {FLOWS}, got {flow!r}")
+    graph = Graph.from_input(adj, num_nodes)
+    if flow == "target_to_source":
+        graph = graph.reversed()
+    edge_weight = input_edge_weight(graph, edge_weight, who)
+    if add_self_loops:
+        graph = graph.with_remaining_self_loops()
+    weight_csr = weights_in_csr_order(graph, edge_weight, 2.0 if improved else 1.0)
+    return SpmmAdjacency(graph, weight_csr, "gcn" if normalize else "sum")
+
+
+def aggregate(x: Union[Tensor, PairTensor], adj: Any, reduce: str = "sum",
+              edge_weight: Optional[Tensor] = None) -> Tensor:
+    """Sum or mean of (weighted) source features over each node's incoming
+    edges:
+
+        sum:  out[d] = sum_{(s -> d)} w_e x[s]
+        mean: out[d] = (1 / indeg(d)) sum_{(s -> d)} w_e x[s]   (0 where indeg(d) = 0)
+
+    ``x`` is a tensor [N, C] or [N, H, C] (square graph) or ``(x_src,
+    x_dst)`` (bipartite; only x_dst's row count is used). ``adj`` is
+    anything :meth:`Graph.from_input` takes; ``edge_weight`` one weight per
+    input edge (default: a sparse input's values, else ones).
+    """
+    who = f"aggregate(reduce={reduce!r})"
+    if reduce not in ("sum", "mean"):
+        raise ValueError(f"{who}: reduce must be 'sum' or 'mean'")
+    if isinstance(x, (tuple, list)):
+        x_src, x_dst = x
+        num_nodes = None if x_dst is None else (_rows(x_src, who), _rows(x_dst, who))
+    else:
+        x_src, num_nodes = x, _rows(x, who)
+    graph = Graph.from_input(adj, num_nodes)
+    checks.node_features(x_src, graph.num_src, graph.device, who)
+    weight_csr = weights_in_csr_order(graph, input_edge_weight(graph, edge_weight, who))
+    out = propagate(graph, weight_csr, reduce, x_src.flatten(1))
+    return out.view(graph.num_dst, *x_src.shape[1:])
+
+
+def _rows(x: Any, who: str) -> int:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{who}: expected node features as a tensor, got {type(x).__name__}")
+    if x.dim() == 0:
+        raise ValueError(f"{who}: node features must be at least 1-D")
+    return x.size(0)

@@ -1,0 +1,223 @@
+"""Kernel choice by shape class: a backend registry, a heuristic, and an
+opt-in autotune whose results persist on disk.
+
+A *backend* is one way to run a family's kernel (a cuSPARSE algorithm, a
+kernel of our own, the plain-torch implementation): it has a ``name``, says
+whether it ``supports`` a :class:`ShapeClass`, and ``run``s one call.
+Families register their backends here; the tuner never knows what they are.
+
+The choice is keyed by the shape class, never by the graph: family,
+direction, width bucket, dtype, device (name and capability) and a bucket
+of the average degree (known from sizes alone, so no host
+synchronisation). In order, a choice comes from:
+
+1. ``PYG_IOAWARE_BACKEND_<FAMILY>`` (e.g. ``PYG_IOAWARE_BACKEND_SPMM=cusparse-alg3``),
+2. the table of tuned choices (in memory, loaded from the tuning file),
+3. with autotune on (``PYG_IOAWARE_AUTOTUNE=1`` or ``config.autotune``) and
+   outside CUDA-graph capture: every supported backend timed once on the
+   call at hand, the fastest stored in the table and written to the file,
+4. the family's heuristic (the first supported backend in its preference
+   order, which the family writes down from measurements).
+
+The tuning file is ``$PYG_IOAWARE_TUNING_FILE``, else
+``~/.cache/pyg_ioaware/tuning.json``; its entries are keyed by the shape
+class, so they carry across graphs and processes. Eager and captured runs
+read the same table, so they make the same choice.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, List, Optional, Protocol
+
+import torch
+
+from .. import config
+
+ENV_AUTOTUNE = "PYG_IOAWARE_AUTOTUNE"
+ENV_TUNING_FILE = "PYG_IOAWARE_TUNING_FILE"
+ENV_BACKEND = "PYG_IOAWARE_BACKEND_{family}"
+TIMED_RUNS = 3
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    """What a kernel choice depends on (no graph identity, no data)."""
+    family: str
+    direction: str  # "forward" (A X) or "transposed" (A^T X over A's CSR)
+    width_bucket: int  # the width rounded up to a power of two
+    dtype: str
+    device: str  # "cpu" or "<name> sm_<major><minor>"
+    degree_bucket: int  # floor(log2(average degree)), 0 for average degree < 2
+
+    def key(self) -> str:
+        return "|".join(str(v) for v in asdict(self).values())
+
+
+class Backend(Protocol):
+    """One way to run a family's kernel."""
+    name: str
+
+    def supports(self, shape: ShapeClass) -> bool: ...
+
+    def run(self, call) -> None: ...
+
+
+_REGISTRY: Dict[str, List[Backend]] = {}
+
+
+def register_backend(family: str, backend: Backend) -> None:
+    """Adds a backend to a family; registration order is the heuristic's
+    preference order."""
+    names = [b.name for b in _REGISTRY.get(family, [])]
+    if backend.name in names:
+        raise ValueError(f"backend {backend.name!r} is registered twice for {family}")
+    _REGISTRY.setdefault(family, []).append(backend)
+
+
+def backends(family: str) -> List[Backend]:
+    """The family's backends in preference order."""
+    return list(_REGISTRY.get(family, []))
+
+
+_DEVICE_LABELS: Dict[torch.device, str] = {}
+
+
+def device_label(device: torch.device) -> str:
+    """"cpu", or the GPU's name and compute capability (cached per device)."""
+    label = _DEVICE_LABELS.get(device)
+    if label is None:
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            major, minor = torch.cuda.get_device_capability(index)
+            label = f"{torch.cuda.get_device_name(index)} sm_{major}{minor}"
+        else:
+            label = device.type
+        _DEVICE_LABELS[device] = label
+    return label
+
+
+def shape_class(family: str, direction: str, width: int, dtype: torch.dtype,
+                device: torch.device, nnz: int, rows: int) -> ShapeClass:
+    """The shape class of one call, from sizes alone."""
+    width_bucket = 1 << max(0, width - 1).bit_length()
+    average_degree = nnz / max(rows, 1)
+    degree_bucket = int(math.log2(average_degree)) if average_degree >= 2 else 0
+    return ShapeClass(family, direction, width_bucket, str(dtype).replace("torch.", ""),
+                      device_label(device), degree_bucket)
+
+
+class TuningTable:
+    """Chosen backend names per shape class, persisted as JSON."""
+
+    def __init__(self):
+        self._choices: Dict[str, str] = {}
+        self._loaded_from: Optional[str] = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def path() -> str:
+        return os.environ.get(ENV_TUNING_FILE) or os.path.join(
+            os.path.expanduser("~"), ".cache", "pyg_ioaware", "tuning.json")
+
+    def _load(self) -> None:
+        path = self.path()
+        if self._loaded_from == path:
+            return
+        self._loaded_from = path
+        try:
+            with open(path) as f:
+                self._choices = dict(json.load(f).get("choices", {}))
+        except (OSError, ValueError):
+            self._choices = {}
+
+    def get(self, shape: ShapeClass) -> Optional[str]:
+        with self._lock:
+            self._load()
+            return self._choices.get(shape.key())
+
+    def put(self, shape: ShapeClass, name: str) -> None:
+        """Stores a choice and rewrites the file (atomically)."""
+        with self._lock:
+            self._load()
+            self._choices[shape.key()] = name
+            path = self.path()
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump({"format": 1, "choices": self._choices}, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+
+    def clear(self) -> None:
+        """Forgets the in-memory table (the file stays)."""
+        with self._lock:
+            self._choices, self._loaded_from = {}, None
+
+
+TABLE = TuningTable()
+# Choices made in this process (tuned or heuristic), so a shape class is
+# decided once: later calls cost one dict lookup.
+_CHOSEN: Dict[ShapeClass, str] = {}
+
+
+def reset() -> None:
+    """Forgets every choice made in this process and the loaded table."""
+    _CHOSEN.clear()
+    TABLE.clear()
+
+
+def autotune_enabled() -> bool:
+    return config.autotune or os.environ.get(ENV_AUTOTUNE) == "1"
+
+
+def choose(shape: ShapeClass, time_backend: Callable[[Backend], float]) -> Backend:
+    """The backend for ``shape`` (see the module docstring for the order).
+    ``time_backend(backend)`` returns ms of one run of the call at hand; it
+    is called only when autotuning."""
+    supported = [b for b in backends(shape.family) if b.supports(shape)]
+    if not supported:
+        raise RuntimeError(f"no {shape.family} backend supports {shape}")
+    by_name = {b.name: b for b in supported}
+    pinned = os.environ.get(ENV_BACKEND.format(family=shape.family.upper()))
+    if pinned:
+        if pinned not in by_name:
+            raise ValueError(f"{ENV_BACKEND.format(family=shape.family.upper())}={pinned!r} "
+                             f"does not support {shape}; supported: {sorted(by_name)}")
+        return by_name[pinned]
+    decided = _CHOSEN.get(shape) or TABLE.get(shape)
+    if decided in by_name:
+        _CHOSEN[shape] = decided
+        return by_name[decided]
+    capturing = shape.device != "cpu" and torch.cuda.is_current_stream_capturing()
+    if autotune_enabled() and len(supported) > 1 and not capturing:
+        timings = {}
+        for backend in supported:
+            try:
+                timings[backend.name] = time_backend(backend)
+            except Exception:  # a backend that fails here is simply not chosen
+                continue
+        if timings:
+            best = min(timings, key=timings.get)
+            TABLE.put(shape, best)
+            _CHOSEN[shape] = best
+            return by_name[best]
+    if not autotune_enabled():  # otherwise a later call may still tune this class
+        _CHOSEN[shape] = supported[0].name
+    return supported[0]
+
+
+def time_cuda_ms(run: Callable[[], None], device: torch.device) -> float:
+    """Mean ms of ``run`` over TIMED_RUNS after one warm-up (CUDA events)."""
+    with torch.cuda.device(device):
+        run()
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(TIMED_RUNS):
+            run()
+        stop.record()
+        stop.synchronize()
+    return start.elapsed_time(stop) / TIMED_RUNS
