@@ -54,3 +54,35 @@ def native_required() -> bool:
     """On GPU hosts gpu_check.sh sets this, so a missing native library
     fails the CUDA tests instead of silently falling back to plain torch."""
     return os.environ.get("PYG_IOAWARE_REQUIRE_NATIVE") == "1"
+
+
+# ------------------------------------------------------ property-test graphs
+# (name, num_src, num_dst, num_edges, hub_degree): empty, edgeless, isolated
+# nodes, hubs far above a block, duplicates and self loops (random_graph adds
+# both), bipartite both ways, a single node.
+PROPERTY_GRAPHS = [
+    ("empty", 0, 0, 0, 0),
+    ("no-edges", 7, 7, 0, 0),
+    ("single-node", 1, 1, 3, 0),
+    ("small-square", 23, 23, 90, 0),
+    ("hub-square", 150, 150, 600, 1500),
+    ("bipartite-wide", 90, 17, 300, 200),
+    ("bipartite-tall", 11, 80, 250, 0),
+    ("dense", 12, 12, 600, 0),
+]
+PROPERTY_WIDTHS = [1, 3, 17, 64, 130]
+
+
+def property_case(name: str, seed: int):
+    """(edge_index int64 CPU, num_src, num_dst) of a named property graph,
+    reproducible from ``seed`` (a fixed integer, never hash())."""
+    _, num_src, num_dst, num_edges, hub = next(g for g in PROPERTY_GRAPHS if g[0] == name)
+    if num_edges == 0 or num_src == 0:
+        return torch.empty(2, 0, dtype=torch.long), num_src, num_dst
+    return random_graph(num_src, num_dst, num_edges, seed, hub_degree=hub), num_src, num_dst
+
+
+def seed_of(*parts) -> int:
+    """A reproducible seed from test parameters."""
+    import zlib
+    return zlib.crc32("-".join(str(p) for p in parts).encode()) % 100_000

@@ -270,3 +270,59 @@ def test_cuda_side_stream_and_graph_capture():
         out_ref, gx_ref = step(x_new)
         assert relative_error(out, out_ref) < 1e-6
         assert relative_error(gx, gx_ref) < 1e-6
+
+
+def bad_raw_op_calls(device):
+    """(name, op, args, error) for raw-op inputs that must raise before any
+    kernel runs (each once crashed or could crash a CUDA context)."""
+    rowptr = torch.tensor([0, 2, 3, 5], device=device)
+    col = torch.tensor([0, 2, 1, 0, 3], device=device)
+    values = torch.rand(5, device=device)
+    x = torch.randn(4, 6, device=device)
+    g = torch.randn(3, 6, device=device)
+    i32 = lambda t: t.to(torch.int32)  # noqa: E731
+    spmm, sddmm = torch.ops.pyg_ioaware.spmm, torch.ops.pyg_ioaware.sddmm
+    return [
+        ("int16 indices", spmm, (rowptr.short(), col.short(), values, x, 3, False), TypeError),
+        ("int64 rowptr, int32 col", sddmm, (rowptr, i32(col), g, x), TypeError),
+        ("col out of range", spmm, (rowptr, col, values, x[:3], 3, False), ValueError),
+        ("negative col", spmm, (rowptr, col - 1, values, x, 3, False), ValueError),
+        ("rowptr past nnz", spmm, (rowptr + 1, col, values, x, 3, False), ValueError),
+        ("decreasing rowptr", spmm, (rowptr.flip(0), col, values, x, 3, False), ValueError),
+        ("num_out not the row count", spmm, (rowptr, col, values, x, 5, False), ValueError),
+        ("transposed x rows", spmm, (rowptr, col, values, x, 4, True), ValueError),
+        ("one value short", spmm, (rowptr, col, values[:4], x, 3, False), ValueError),
+        ("values dtype", spmm, (rowptr, col, values.double(), x, 3, False), TypeError),
+        ("1-D x", spmm, (rowptr, col, values, x[:, 0], 3, False), ValueError),
+        ("strided col", spmm, (rowptr, torch.stack([col, col], 1)[:, 0], values, x, 3, False),
+         ValueError),
+        ("x on meta", spmm, (rowptr, col, values, x.to("meta"), 3, False), ValueError),
+        ("sddmm g rows", sddmm, (rowptr, col, g[:2], x, ), ValueError),
+        ("sddmm widths", sddmm, (rowptr, col, g[:, :5], x), ValueError),
+        ("sddmm col out of range", sddmm, (rowptr, col, g, x[:2]), ValueError),
+        ("sddmm int16", sddmm, (rowptr.short(), col.short(), g, x), TypeError),
+    ]
+
+
+@pytest.mark.parametrize("device", devices())
+def test_bad_raw_op_inputs_raise(device):
+    for name, op, args, error in bad_raw_op_calls(device):
+        with pytest.raises(error):
+            op(*args)
+    if device == "cuda":
+        torch.cuda.synchronize()  # the context survived every call above
+        assert torch.ones(1, device="cuda").item() == 1
+
+
+def test_validated_structure_is_read_once(monkeypatch):
+    rowptr, col = torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1])
+    x, values = torch.randn(2, 3), torch.rand(3)
+    ops.spmm_csr(rowptr, col, values, x, 2, False)
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: calls.append(1) or [])
+    ops.spmm_csr(rowptr, col, values, x, 2, False)  # remembered: no read
+    assert calls == []
+    monkeypatch.undo()
+    col[0] = 5  # an in-place change is seen
+    with pytest.raises(ValueError, match="col entries"):
+        ops.spmm_csr(rowptr, col, values, x, 2, False)

@@ -57,6 +57,8 @@ def weights_in_csr_order(graph: Graph, edge_weight: Optional[Tensor],
     origin = graph.state.edge_origin
     if origin is None:
         return edge_weight if graph.edge_perm is None else edge_weight[graph.edge_perm]
+    if edge_weight.numel() == 0:  # no edges, loops only: a source to gather from,
+        edge_weight = edge_weight.sum().reshape(1)  # still part of autograd
     picked = edge_weight[origin.clamp(min=0)]
     fill = torch.where(origin == NEW_LOOP, fill_value, 0.0).to(picked.dtype)
     return torch.where(origin >= 0, picked, fill)
