@@ -1,0 +1,96 @@
+"""ops.tuning: backend registry, choice order, persisted autotune."""
+import json
+
+import pytest
+import torch
+
+from pyg_ioaware import config
+from pyg_ioaware.ops import tuning
+
+
+class FakeBackend:
+    def __init__(self, name, ms, supported=True):
+        self.name, self.ms, self.supported, self.runs = name, ms, supported, 0
+
+    def supports(self, shape):
+        return self.supported
+
+    def run(self, call):
+        self.runs += 1
+
+
+@pytest.fixture
+def family(monkeypatch, tmp_path):
+    """A fresh family with three backends, a private tuning file."""
+    monkeypatch.setenv(tuning.ENV_TUNING_FILE, str(tmp_path / "tuning.json"))
+    monkeypatch.setattr(tuning, "_REGISTRY", {})
+    tuning.reset()
+    backends = [FakeBackend("slow", 3.0), FakeBackend("fast", 1.0),
+                FakeBackend("unsupported", 0.1, supported=False)]
+    for b in backends:
+        tuning.register_backend("fake", b)
+    yield backends
+    tuning.reset()
+
+
+def shape(width=64, nnz=1000, rows=100):
+    return tuning.shape_class("fake", "forward", width, torch.float32, torch.device("cpu"),
+                              nnz, rows)
+
+
+def test_shape_class_buckets():
+    s = shape(width=65, nnz=1000, rows=100)
+    assert (s.width_bucket, s.degree_bucket, s.dtype, s.device) == (128, 3, "float32", "cpu")
+    assert shape(width=64).width_bucket == 64 and shape(nnz=1, rows=0).degree_bucket == 0
+
+
+def test_heuristic_is_the_first_supported_backend(family):
+    timed = []
+    assert tuning.choose(shape(), lambda b: timed.append(b.name) or b.ms).name == "slow"
+    assert timed == []  # nothing timed without autotune
+
+
+def test_autotune_times_supported_backends_and_persists(family, monkeypatch, tmp_path):
+    monkeypatch.setattr(config, "autotune", True)
+    timed = []
+    chosen = tuning.choose(shape(), lambda b: timed.append(b.name) or b.ms)
+    assert chosen.name == "fast" and timed == ["slow", "fast"]
+    saved = json.loads((tmp_path / "tuning.json").read_text())["choices"]
+    assert saved == {shape().key(): "fast"}
+    # Another process (a fresh in-memory state) reads the choice back, timing nothing.
+    tuning.reset()
+    assert tuning.choose(shape(), lambda b: pytest.fail("timed again")).name == "fast"
+    # Another shape class is tuned on its own.
+    assert tuning.choose(shape(width=7), lambda b: b.ms).name == "fast"
+    assert len(json.loads((tmp_path / "tuning.json").read_text())["choices"]) == 2
+
+
+def test_a_failing_backend_is_skipped_when_tuning(family, monkeypatch):
+    monkeypatch.setattr(config, "autotune", True)
+
+    def time_backend(b):
+        if b.name == "fast":
+            raise RuntimeError("not for this input")
+        return b.ms
+
+    assert tuning.choose(shape(), time_backend).name == "slow"
+
+
+def test_pinned_backend_wins(family, monkeypatch):
+    monkeypatch.setenv("PYG_IOAWARE_BACKEND_FAKE", "fast")
+    assert tuning.choose(shape(), lambda b: b.ms).name == "fast"
+    monkeypatch.setenv("PYG_IOAWARE_BACKEND_FAKE", "unsupported")
+    with pytest.raises(ValueError, match="does not support"):
+        tuning.choose(shape(), lambda b: b.ms)
+
+
+def test_registry_rejects_duplicates(family):
+    with pytest.raises(ValueError, match="twice"):
+        tuning.register_backend("fake", FakeBackend("fast", 1.0))
+
+
+def test_spmm_backends_are_registered():
+    names = [b.name for b in tuning.backends("spmm")]
+    assert names[0] == "cusparse-alg2" and "torch" in names
+    cpu = tuning.shape_class("spmm", "forward", 64, torch.float32, torch.device("cpu"), 10, 10)
+    assert [b.name for b in tuning.backends("spmm") if b.supports(cpu)] == ["torch"]
