@@ -177,17 +177,20 @@ def choose(shape: ShapeClass, time_backend: Callable[[Backend], float]) -> Backe
     """The backend for ``shape`` (see the module docstring for the order).
     ``time_backend(backend)`` returns ms of one run of the call at hand; it
     is called only when autotuning."""
+    pinned = os.environ.get(ENV_BACKEND.format(family=shape.family.upper()))
+    decided = None if pinned else _CHOSEN.get(shape)
+    if decided is not None:  # the hot path: one lookup per call
+        return next(b for b in _REGISTRY[shape.family] if b.name == decided)
     supported = [b for b in backends(shape.family) if b.supports(shape)]
     if not supported:
         raise RuntimeError(f"no {shape.family} backend supports {shape}")
     by_name = {b.name: b for b in supported}
-    pinned = os.environ.get(ENV_BACKEND.format(family=shape.family.upper()))
     if pinned:
         if pinned not in by_name:
             raise ValueError(f"{ENV_BACKEND.format(family=shape.family.upper())}={pinned!r} "
                              f"does not support {shape}; supported: {sorted(by_name)}")
         return by_name[pinned]
-    decided = _CHOSEN.get(shape) or TABLE.get(shape)
+    decided = TABLE.get(shape)
     if decided in by_name:
         _CHOSEN[shape] = decided
         return by_name[decided]
