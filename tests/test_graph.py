@@ -235,3 +235,35 @@ def test_bad_inputs_of_other_kinds():
     with pytest.raises(ValueError, match="square"):
         Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=(3, 2)) \
             .with_remaining_self_loops()
+
+
+def count_syncs(fn):
+    """Host synchronisations torch reports while ``fn`` runs (CUDA)."""
+    import warnings
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("grouped", [False, True])
+def test_cuda_new_graph_costs_one_sync(grouped):
+    from pyg_ioaware.nn import GCNConv
+
+    edge_index = random_graph(2000, 2000, 20000, seed=33).cuda()
+    if grouped:
+        edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    conv = GCNConv(16, 16).cuda()
+    x = torch.randn(2000, 16, device="cuda")
+    conv(x, edge_index.clone()).sum().backward()  # warm-up: library loading, plans
+    fresh = edge_index.clone()
+    assert count_syncs(lambda: Graph.from_input(fresh, num_nodes=2000)) == 1
+    fresh = edge_index.clone()
+    # A whole training step on a new graph: build, self loops, values, CSR^T, plans.
+    assert count_syncs(lambda: conv(x, fresh).sum().backward()) == 1
