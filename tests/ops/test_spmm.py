@@ -326,3 +326,40 @@ def test_validated_structure_is_read_once(monkeypatch):
     col[0] = 5  # an in-place change is seen
     with pytest.raises(ValueError, match="col entries"):
         ops.spmm_csr(rowptr, col, values, x, 2, False)
+
+
+@pytest.mark.cuda
+def test_cuda_plans_are_released_with_their_graph():
+    import gc
+
+    from pyg_ioaware.ops.spmm_backends import _PLANS
+
+    before = len(_PLANS)
+    edge_index = random_graph(300, 300, 3000, seed=25).cuda()
+    x = torch.randn(300, 32, device="cuda", requires_grad=True)
+    ops.aggregate(x, edge_index, "mean").sum().backward()
+    assert len(_PLANS) == before + 2  # A (forward) and its CSR^T (backward)
+    del edge_index
+    gc.collect()
+    assert len(_PLANS) == before
+
+
+@pytest.mark.cuda
+def test_cuda_plans_built_during_capture():
+    """The first SpMM on a Graph happens inside CUDA-graph capture: values,
+    plan and workspace are made there (no timing, no synchronisation) and
+    replays give the eager result."""
+    edge_index = random_graph(400, 400, 4000, seed=26, hub_degree=1000).cuda()
+    graph = Graph.from_input(edge_index, num_nodes=400)  # eager: the one sync
+    x = torch.randn(400, 40, device="cuda")
+    cuda_graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.cuda.graph(cuda_graph):
+        out = ops.gcn_adjacency(graph, 400).propagate(x)
+    torch.cuda.current_stream().wait_stream(side)
+    for _ in range(2):
+        x.copy_(torch.randn_like(x))
+        cuda_graph.replay()
+        ref = ops.gcn_adjacency(edge_index.cpu(), 400).propagate(x.cpu().double())
+        assert relative_error(out, ref) < TOLERANCE[torch.float32]
