@@ -1,15 +1,13 @@
 """Effective bandwidth of the aggregation kernels alone (BENCHMARKS.md).
 
-Minimal bytes model: every gathered neighbour row is read once per edge and
-every output row is written once,
-
-    bytes = (nnz + num_out) * width * element_size,
-
-so index and edge-value traffic counts as the kernel's overhead, not as
-useful bytes. GB/s = bytes / time; the share is taken of the device's
-measured device-to-device copy bandwidth (bytes read plus bytes written).
-A kernel is timed back to back (``CALLS`` calls between two clock marks, the
-median of ``REPEATS`` such runs), so launch gaps hide behind execution.
+Each family brings its kernels and their bytes model (for SpMM, the minimal
+model of cases.spmm: gathered neighbour rows once per edge, output rows
+once), so index and edge-value traffic counts as the kernel's overhead, not
+as useful bytes. GB/s = useful bytes / time; the share is taken of the
+device's measured device-to-device copy bandwidth (bytes read plus bytes
+written). A kernel is timed back to back (``CALLS`` calls between two clock
+marks, the median of ``REPEATS`` such runs), so launch gaps hide behind
+execution.
 """
 from __future__ import annotations
 
@@ -29,15 +27,11 @@ COPY_BYTES_CPU = 1 << 26
 
 @dataclass
 class Kernel:
-    """One aggregation kernel on prepared inputs: ``run()`` launches it."""
+    """One aggregation kernel on prepared inputs: ``run()`` launches it;
+    ``min_bytes``: its useful bytes under its family's model."""
     name: str
     run: Callable[[], object]
     min_bytes: int
-
-
-def minimal_bytes(nnz: int, num_out: int, width: int, element_size: int) -> int:
-    """Bytes of the minimal model: gathered rows once per edge, outputs once."""
-    return (nnz + num_out) * width * element_size
 
 
 def time_back_to_back(fn: Callable[[], object], device: torch.device) -> float:
@@ -67,7 +61,7 @@ def copy_bandwidth_gbs(device: torch.device) -> float:
 
 def measure_kernels(kernels: Sequence[Kernel], device: torch.device,
                     copy_gbs: float) -> List[Dict[str, object]]:
-    """One row per kernel: ms, GB/s under the minimal model, share of copy."""
+    """One row per kernel: ms, GB/s of useful bytes, share of copy."""
     rows = []
     for kernel in kernels:
         row: Dict[str, object] = {"kernel": kernel.name, "min_bytes": kernel.min_bytes}

@@ -178,6 +178,10 @@ def run_kernels(case: Case, work: Workload, copy_gbs: float, progress: Progress,
         rows = measure_kernels(case.make_kernels(work), work.device, copy_gbs)
     except torch.cuda.OutOfMemoryError as error:
         rows = [{"kernel": "all", "status": "OOM", "detail": oom_message(error)}]
+    except Exception as error:  # keep a long run going, as run_case does
+        traceback.print_exc()
+        rows = [{"kernel": "all", "status": "error",
+                 "detail": f"{type(error).__name__}: {error}"}]
     free_memory(work.device)
     for row in rows:
         text = (f"{row['ms']:.3f} ms, {row['gbs']:.0f} GB/s ({row['share_of_copy']:.0%} of copy)"
@@ -210,7 +214,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "graphs": args.graphs, "cases": [c.key for c in args.cases], "dtypes": args.dtypes,
             "iters": args.iters, "warmup": args.warmup, "scale": args.scale, "seed": args.seed,
             "quick": args.quick}, "protocol_deviations": deviations},
-        "kernel_bandwidth": {"model": "(nnz + num_out) * width * element size",
+        "kernel_bandwidth": {"model": "; ".join(dict.fromkeys(
+                                 c.bytes_model for c in args.cases if c.bytes_model)),
                              "copy_gbs": copy_bandwidth_gbs(device), "rows": []},
         "graphs": {},
         "results": [],

@@ -16,7 +16,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
 
-from .cases import BF16_OVER_FP32, Case
+from .cases import Case
 
 OURS = "ours"
 Row = Dict[str, object]
@@ -150,14 +150,16 @@ def check_bars(rows: Sequence[Row], cases: Sequence[Case]) -> List[Row]:
                 add(f"{where}: {label}", s[key] if s else None, threshold, graphs)
 
         # bf16 against our own fp32, geometric mean over the graphs both ran.
-        own = {(r["graph"], r["precision"]): r for r in ours_rows
-               if r["case"] == case.name and r["status"] == "ok"}
-        pairs = [(own[(g, "fp32")], own[(g, "bf16")]) for g, p in own if p == "bf16"
-                 and (g, "fp32") in own]
-        for phase in ("fwd", "bwd"):
-            ratios = [_ratio(fp32[f"{phase}_ms"], bf16[f"{phase}_ms"]) for fp32, bf16 in pairs]
-            add(f"{case.name} bf16 vs our fp32: {phase} speedup", _geomean(ratios),
-                BF16_OVER_FP32, f"geomean over {len(pairs)} graphs")
+        if case.bf16_over_fp32 is not None:
+            own = {(r["graph"], r["precision"]): r for r in ours_rows
+                   if r["case"] == case.name and r["status"] == "ok"}
+            pairs = [(own[(g, "fp32")], own[(g, "bf16")]) for g, p in own if p == "bf16"
+                     and (g, "fp32") in own]
+            for phase in ("fwd", "bwd"):
+                ratios = [_ratio(fp32[f"{phase}_ms"], bf16[f"{phase}_ms"])
+                          for fp32, bf16 in pairs]
+                add(f"{case.name} bf16 vs our fp32: {phase} speedup", _geomean(ratios),
+                    case.bf16_over_fp32, f"geomean over {len(pairs)} graphs")
 
         # No slower than the named baselines on any graph, in any precision.
         for baseline in case.no_slower_than:

@@ -1,105 +1,31 @@
-"""Registry of benchmark cases: our layer, its baselines, and the bar.
+"""The SpMM family's cases: GCNConv against PyG's layer and torch.sparse.
 
-A :class:`Case` builds our implementation and each baseline for one graph
-and precision; every builder returns an :class:`Impl` whose ``step(x)`` runs
-the forward with the module already set up. Baselines receive our Impl so
-they can copy its weights. Later families (reduction, attention) register
-their cases here, with their bars, and the CLI picks them up.
+Also the family's bytes model for the aggregation kernels alone and its
+bars (BENCHMARKS.md): GCNConv's fp32 layer time is dominated by the X W
+product, so besides a geomean bar against PyG at D=512 it must be no slower
+than Linear + torch.sparse.mm on any graph in any precision.
 """
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, List
 
 import torch
 from torch import Tensor, nn
 
-from .bandwidth import Kernel, minimal_bytes
-from .timing import feature_dtype
+from ..bandwidth import Kernel
+from ..timing import feature_dtype
+from . import BF16_OVER_FP32, Bar, Case, Impl, Unsupported, Workload, register
 
-# Under bf16 autocast every case is at least this much faster than our fp32.
-BF16_OVER_FP32 = 1.6
-
-
-@dataclass
-class Workload:
-    """What a case runs on: the graph and the precision setting."""
-    edge_index: Tensor
-    num_nodes: int
-    precision: str
-
-    @property
-    def device(self) -> torch.device:
-        return self.edge_index.device
+# Useful bytes of an aggregation kernel (see minimal_bytes), for the report.
+BYTES_MODEL = "(nnz + num_out) * width * element size"
 
 
-@dataclass
-class Impl:
-    """A module set up for one workload and the forward ``step(x) -> out``."""
-    module: nn.Module
-    step: Callable[[Tensor], Tensor]
-
-
-class Unsupported(Exception):
-    """An implementation cannot run this precision on this device."""
-
-
-@dataclass(frozen=True)
-class Bar:
-    """Geometric-mean bar against one baseline: speedups and memory ratio."""
-    fwd: float
-    bwd: float
-    mem: float
-    baseline: str = "pyg"
-    precision: str = "fp32"
-
-
-@dataclass(frozen=True)
-class Case:
-    """One benchmark case.
-
-    ``key``: the CLI name; ``name``: the display name; ``in_channels``: width
-    of the input features; ``baselines``: name -> builder taking the workload
-    and our Impl; ``no_slower_than``: baselines ours must beat on every graph
-    in every precision; ``make_kernels``: the aggregation kernels alone, for
-    the effective-bandwidth table (bench.bandwidth).
-    """
-    key: str
-    name: str
-    family: str
-    config: Dict[str, int]
-    in_channels: int
-    make_ours: Callable[[Workload], Impl]
-    baselines: Dict[str, Callable[[Workload, Impl], Impl]]
-    bar: Optional[Bar] = None
-    no_slower_than: Tuple[str, ...] = field(default=())
-    make_kernels: Optional[Callable[[Workload], List[Kernel]]] = None
-
-
-CASES: Dict[str, Case] = {}
-
-
-def register(case: Case) -> Case:
-    if case.key in CASES:
-        raise ValueError(f"case {case.key!r} is registered twice")
-    CASES[case.key] = case
-    return case
-
-
-def select(spec: str) -> list[Case]:
-    """Cases named by a comma list of keys, display names or families, or "all"."""
-    if spec == "all":
-        return list(CASES.values())
-    chosen: Dict[str, Case] = {}
-    for token in (t.strip() for t in spec.split(",") if t.strip()):
-        found = [c for c in CASES.values() if token in (c.key, c.name, c.family)]
-        if not found:
-            names = ", ".join(f"{c.key} ({c.name})" for c in CASES.values())
-            raise ValueError(f"unknown case {token!r}; expected one of: {names}, "
-                             f"a family, or 'all'")
-        chosen.update((c.key, c) for c in found)
-    return list(chosen.values())
+def minimal_bytes(nnz: int, num_out: int, width: int, element_size: int) -> int:
+    """Bytes of the minimal model: every gathered neighbour row is read once
+    per edge and every output row written once; index and edge-value traffic
+    counts as the kernel's overhead, not as useful bytes."""
+    return (nnz + num_out) * width * element_size
 
 
 # ---------------------------------------------------------------- GCNConv
@@ -218,5 +144,6 @@ for _d in (64, 512):
         in_channels=_d, make_ours=_gcn_ours(_d),
         baselines={"pyg": _gcn_pyg(_d), "torch.sparse": _gcn_torch_sparse},
         bar=Bar(fwd=3.5, bwd=3.5, mem=8.0) if _d == 512 else None,
-        no_slower_than=("torch.sparse",), make_kernels=_gcn_kernels(_d)))
+        no_slower_than=("torch.sparse",), bf16_over_fp32=BF16_OVER_FP32,
+        make_kernels=_gcn_kernels(_d), bytes_model=BYTES_MODEL))
 del _d

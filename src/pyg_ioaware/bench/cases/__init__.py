@@ -1,0 +1,136 @@
+"""Registry of benchmark cases: our layer, its baselines, and the bar.
+
+A :class:`Case` builds our implementation and each baseline for one graph
+and precision; every builder returns an :class:`Impl` whose ``step(x)`` runs
+the forward with the module already set up. Baselines receive our Impl so
+they can copy its weights.
+
+Each kernel family lives in its own module (``spmm`` today; ``reduce`` and
+``attention`` later) and registers its cases there, with their bars and the
+bytes model of its aggregation kernels. Importing this package imports every
+family module, so :data:`CASES` is complete and the CLI picks them up.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from ..bandwidth import Kernel
+
+# Under bf16 autocast a case is at least this much faster than our own fp32
+# (BENCHMARKS.md; a family opts in through Case.bf16_over_fp32).
+BF16_OVER_FP32 = 1.6
+
+
+@dataclass
+class Workload:
+    """What a case runs on: the graph and the precision setting.
+
+    Optional fields for the families that need them: ``num_src`` and
+    ``num_dst`` describe a bipartite graph (edges from ``num_src`` source
+    nodes to ``num_dst`` destination nodes; unset, both are ``num_nodes``),
+    ``heads`` the attention heads and ``edge_attr`` one feature row per edge.
+    """
+    edge_index: Tensor
+    num_nodes: int
+    precision: str
+    num_src: Optional[int] = None
+    num_dst: Optional[int] = None
+    heads: Optional[int] = None
+    edge_attr: Optional[Tensor] = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.edge_index.device
+
+    @property
+    def size(self) -> Tuple[int, int]:
+        """(number of source nodes, number of destination nodes)."""
+        return (self.num_src if self.num_src is not None else self.num_nodes,
+                self.num_dst if self.num_dst is not None else self.num_nodes)
+
+
+@dataclass
+class Impl:
+    """A module set up for one workload and the forward ``step(x) -> out``."""
+    module: nn.Module
+    step: Callable[[Tensor], Tensor]
+
+
+class Unsupported(Exception):
+    """An implementation cannot run this precision on this device."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """Geometric-mean bar against one baseline: speedups and memory ratio."""
+    fwd: float
+    bwd: float
+    mem: float
+    baseline: str = "pyg"
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case.
+
+    ``key``: the CLI name; ``name``: the display name; ``in_channels``: width
+    of the input features; ``baselines``: name -> builder taking the workload
+    and our Impl; ``no_slower_than``: baselines ours must beat on every graph
+    in every precision; ``bf16_over_fp32``: how much faster our bf16 must be
+    than our fp32 (None: no such bar); ``make_kernels``: the aggregation
+    kernels alone, for the effective-bandwidth table (bench.bandwidth), whose
+    useful bytes follow the family's ``bytes_model`` (a formula, for the
+    report).
+    """
+    key: str
+    name: str
+    family: str
+    config: Dict[str, int]
+    in_channels: int
+    make_ours: Callable[[Workload], Impl]
+    baselines: Dict[str, Callable[[Workload, Impl], Impl]]
+    bar: Optional[Bar] = None
+    no_slower_than: Tuple[str, ...] = field(default=())
+    bf16_over_fp32: Optional[float] = None
+    make_kernels: Optional[Callable[[Workload], List[Kernel]]] = None
+    bytes_model: Optional[str] = None
+
+
+CASES: Dict[str, Case] = {}
+
+C = TypeVar("C")
+
+
+def register(case: Case) -> Case:
+    if case.key in CASES:
+        raise ValueError(f"case {case.key!r} is registered twice")
+    CASES[case.key] = case
+    return case
+
+
+def select(spec: str, registry: Optional[Dict[str, C]] = None) -> List[C]:
+    """Cases named by a comma list of keys, display names or families, "all"
+    or "none", from ``registry`` (default: the layer cases)."""
+    registry = CASES if registry is None else registry
+    if spec == "all":
+        return list(registry.values())
+    if spec == "none":
+        return []
+    chosen: Dict[str, C] = {}
+    for token in (t.strip() for t in spec.split(",") if t.strip()):
+        found = [c for c in registry.values() if token in (c.key, c.name, c.family)]
+        if not found:
+            names = ", ".join(f"{c.key} ({c.name})" for c in registry.values())
+            raise ValueError(f"unknown case {token!r}; expected one of: {names}, "
+                             f"a family, 'all' or 'none'")
+        chosen.update((c.key, c) for c in found)
+    return list(chosen.values())
+
+
+# Every family module registers its cases on import.
+from . import spmm  # noqa: E402,F401
