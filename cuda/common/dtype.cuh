@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "pyg_ioaware.h"
+#include "status.h"
 
 namespace pygio {
 

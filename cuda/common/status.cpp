@@ -2,7 +2,9 @@
 
 namespace pygio {
 
+namespace {
 thread_local std::string last_error;
+}  // namespace
 
 int fail(int status, const std::string& message) {
   last_error = message;
@@ -14,18 +16,6 @@ int ok() {
   return PYGIO_OK;
 }
 
-int set_device(int device) {
-  PYGIO_CHECK_ARG(device >= 0, "device index must be non-negative");
-  PYGIO_CHECK_CUDA(cudaSetDevice(device));
-  return PYGIO_OK;
-}
-
 }  // namespace pygio
 
-extern "C" {
-
-int pygio_abi_version(void) { return PYGIO_ABI_VERSION; }
-
-const char* pygio_last_error(void) { return pygio::last_error.c_str(); }
-
-}  // extern "C"
+extern "C" const char* pygio_last_error(void) { return pygio::last_error.c_str(); }

@@ -1,13 +1,34 @@
 /*
  * pyg_ioaware native library: the C ABI that Python (ctypes) calls.
  *
- * No torch, c10 or Python headers here or anywhere under cuda/. Every entry
- * point takes raw device pointers, int64 sizes, a dtype code, the device
- * index and the caller's CUDA stream; it never allocates device memory
- * (workspaces come from the caller, i.e. torch's caching allocator). Every
- * entry returns PYGIO_OK or an error code; pygio_last_error() then gives a
- * human-readable message for the calling thread. Argument validation of user
- * input (index ranges, shapes, devices) is done in Python before any call.
+ * No torch, c10 or Python headers here or anywhere under cuda/. Argument
+ * validation of user input (index ranges, shapes, devices) is done in Python
+ * before any call; the checks here only keep a wrong call from reading
+ * garbage.
+ *
+ * Conventions (ABI version 2):
+ *  - Each kernel entry takes one params struct by pointer: raw device
+ *    pointers, int64 sizes, int64 row strides in elements (the leading
+ *    dimension of each row-major dense matrix; its inner stride is 1), a
+ *    dtype code, an index width, the device index and the caller's CUDA
+ *    stream. Dense matrices may be row-strided (row stride >= width).
+ *  - A params struct's first field, struct_size, must be the struct's size as
+ *    the caller sees it; it must equal this library's size of the struct
+ *    (pygio_struct_size), else the entry fails with
+ *    PYGIO_ERR_INVALID_ARGUMENT before reading any other field, so a caller
+ *    built against another version of this header gets a clear error.
+ *  - index_bits is 32 or 64 (rowptr and col are both int32 or both int64);
+ *    anything else is PYGIO_ERR_INVALID_ARGUMENT.
+ *  - Every entry makes its device current for its own work and restores the
+ *    caller's current CUDA context before returning, on success and on error.
+ *  - Work is enqueued on the given stream and not waited for. No entry
+ *    allocates device memory: workspaces come from the caller (torch's
+ *    caching allocator), per call, so stream ordering is the caller's.
+ *  - Calls on different devices never wait on each other. SpMM calls on one
+ *    device share that device's cuSPARSE handle and hold its lock while
+ *    binding buffers and enqueueing (not while the GPU works).
+ *  - Every int-returning entry returns PYGIO_OK or an error code;
+ *    pygio_last_error() then gives a message for the calling thread.
  */
 #ifndef PYG_IOAWARE_H_
 #define PYG_IOAWARE_H_
@@ -19,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 1
+#define PYGIO_ABI_VERSION 2
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -37,7 +58,7 @@ typedef enum {
   PYGIO_ERR_UNSUPPORTED = 5,
 } pygio_status;
 
-/* Element type of values and dense features. */
+/* Element type of values and dense matrices. */
 typedef enum {
   PYGIO_FLOAT32 = 0,
   PYGIO_FLOAT64 = 1,
@@ -45,72 +66,147 @@ typedef enum {
   PYGIO_BFLOAT16 = 3,
 } pygio_dtype;
 
+/* The structs of this header, for pygio_struct_size. */
+typedef enum {
+  PYGIO_STRUCT_CSR = 0,
+  PYGIO_STRUCT_SPMM_PLAN_PARAMS = 1,
+  PYGIO_STRUCT_SPMM_PARAMS = 2,
+  PYGIO_STRUCT_SDDMM_PARAMS = 3,
+} pygio_struct_kind;
+
 /*
- * A CSR matrix of shape [num_rows, num_cols] with nnz entries, zero-based.
- * rowptr has num_rows + 1 entries, col has nnz; both are int32 or both are
- * int64 (index_bits). values (nnz entries of `dtype`) may be NULL where the
- * entry point says so.
+ * The structure of a zero-based CSR matrix A of shape [num_rows, num_cols]
+ * with nnz entries (its values, where an entry reads any, are passed
+ * separately). Sizes are >= 0, and nnz > 0 needs num_rows > 0 and
+ * num_cols > 0.
  */
 typedef struct {
+  const void* rowptr;  /* num_rows + 1 indices */
+  const void* col;     /* nnz indices, each in [0, num_cols) */
   int64_t num_rows;
   int64_t num_cols;
   int64_t nnz;
-  const void* rowptr;
-  const void* col;
-  const void* values;
-  int32_t index_bits;
-  int32_t dtype;
+  int32_t index_bits;  /* 32 or 64: the width of both rowptr's and col's entries */
 } pygio_csr;
 
 /* ABI version the library was built with (PYGIO_ABI_VERSION). */
 PYGIO_API int pygio_abi_version(void);
 
+/* sizeof the struct `kind` (a pygio_struct_kind) in this library; 0 for an
+ * unknown kind. */
+PYGIO_API size_t pygio_struct_size(int32_t kind);
+
 /* Message of the last failed call on this thread ("" if none). */
 PYGIO_API const char* pygio_last_error(void);
 
 /*
- * Resolve cuSPARSE at run time. `path` may be NULL: the copy already loaded
+ * Resolves cuSPARSE at run time. `path` may be NULL: the copy already loaded
  * in the process (torch's) is used, else the dynamic loader searches
- * libcusparse.so.12. Called lazily by the SpMM entries; calling it up front
- * gives an early, clear error.
+ * libcusparse.so.12; a non-NULL path is tried between the two. Called lazily
+ * by the SpMM entries; calling it up front gives an early, clear error.
  */
 PYGIO_API int pygio_cusparse_load(const char* path);
 
 /* ---------------------------------------------------------------- SpMM ---
- * Y = op(A) @ X with op(A) = A (transpose = 0: X is [num_cols, width], Y is
- * [num_rows, width]) or A^T (transpose = 1: X is [num_rows, width], Y is
- * [num_cols, width]); dense row-major and contiguous, accumulation in fp32 (fp64 for float64) via
- * cuSPARSE. A plan caches everything that depends only on A's structure,
- * the width, the dtype and the algorithm: the cuSPARSE descriptors.
- * pygio_spmm_preprocess (cuSPARSE's optional analysis of the sparsity
- * pattern) is exposed for diagnostics; the package does not call it.
- * A's values pointer may change between calls (it is set on every run); its
- * rowptr / col pointers and contents must not while the plan lives.
- * algorithm is a cusparseSpMMAlg_t value (0 = default, 4 = CSR_ALG1,
- * 6 = CSR_ALG2, 12 = CSR_ALG3). Rows with no entries give zeros. nnz == 0
- * and num_rows == 0 are rejected: callers handle empty problems themselves.
+ * Y = op(A) X through cuSPARSE, with op(A) = A (transpose = 0: X is
+ * [num_cols, width], Y is [num_rows, width]) or A^T (transpose = 1: X is
+ * [num_rows, width], Y is [num_cols, width]). X and Y are row-major with
+ * inner stride 1; A's values, X and Y share one dtype; accumulation is in
+ * fp32 (fp64 for float64). Rows of op(A) with no entries give zeros in Y.
+ *
+ * A plan caches what depends only on A's structure, the width, the dtype,
+ * the direction and the algorithm (the cuSPARSE descriptors); it belongs to
+ * one device. A's rowptr / col pointers and contents must stay valid and
+ * unchanged while the plan lives; values, X, Y, their row strides and the
+ * stream may change with every call.
  */
 typedef struct pygio_spmm_plan pygio_spmm_plan;
 
-PYGIO_API int pygio_spmm_plan_create(const pygio_csr* a, int64_t width, int32_t algorithm,
-                                     int32_t transpose, int32_t device, pygio_spmm_plan** plan);
+typedef struct {
+  int32_t struct_size;  /* sizeof(pygio_spmm_plan_params) */
+  int32_t dtype;        /* pygio_dtype of A's values, X and Y */
+  int32_t device;       /* CUDA device index of every buffer the plan will see */
+  int32_t transpose;    /* 0: Y = A X; 1: Y = A^T X */
+  int32_t algorithm;    /* cusparseSpMMAlg_t: 0 default, 4 CSR_ALG1, 6 CSR_ALG2,
+                           12 CSR_ALG3 (no transpose) */
+  pygio_csr a;          /* rowptr / col: see above */
+  int64_t width;        /* columns of X and Y */
+} pygio_spmm_plan_params;
+
+/*
+ * Creates a plan; *plan receives it (NULL on error). Empty problems
+ * (num_rows, num_cols, nnz or width of 0) are rejected: callers handle them
+ * without the library. Loads cuSPARSE on first use.
+ */
+PYGIO_API int pygio_spmm_plan_create(const pygio_spmm_plan_params* params,
+                                     pygio_spmm_plan** plan);
+
+/* Destroys a plan; NULL is a no-op. No SpMM call on it may be running on
+ * another thread. Work already enqueued with it is unaffected. */
 PYGIO_API void pygio_spmm_plan_destroy(pygio_spmm_plan* plan);
-PYGIO_API int pygio_spmm_workspace_size(pygio_spmm_plan* plan, const void* values,
-                                        const void* x, void* y, size_t* bytes, void* stream);
-PYGIO_API int pygio_spmm_preprocess(pygio_spmm_plan* plan, const void* values, const void* x,
-                                    void* y, void* workspace, void* stream);
-PYGIO_API int pygio_spmm_run(pygio_spmm_plan* plan, const void* values, const void* x,
-                             void* y, void* workspace, void* stream);
+
+/* One SpMM call (workspace size, run, preprocess) on a plan. */
+typedef struct {
+  int32_t struct_size;   /* sizeof(pygio_spmm_params) */
+  int32_t dtype;         /* must equal the plan's */
+  int32_t device;        /* must equal the plan's */
+  pygio_spmm_plan* plan;
+  const void* values;    /* nnz entries of A, in CSR order */
+  const void* x;
+  int64_t x_row_stride;  /* >= width */
+  void* y;
+  int64_t y_row_stride;  /* >= width */
+  void* workspace;       /* run and preprocess: at least the bytes that
+                            pygio_spmm_workspace_size reported for this plan
+                            and these row strides; NULL where that is 0.
+                            Ignored by pygio_spmm_workspace_size. */
+  void* stream;          /* cudaStream_t on `device`; NULL: the legacy default stream */
+} pygio_spmm_params;
+
+/* *bytes = workspace size that pygio_spmm_run needs for this call (cuSPARSE's
+ * buffer size). plan, values, x, y and bytes must not be NULL; x and y are
+ * not read or written. */
+PYGIO_API int pygio_spmm_workspace_size(const pygio_spmm_params* params, size_t* bytes);
+
+/* Enqueues Y = op(A) X. plan, values, x and y must not be NULL; Y is fully
+ * overwritten (rows of its row stride beyond width are not touched). */
+PYGIO_API int pygio_spmm_run(const pygio_spmm_params* params);
+
+/*
+ * Diagnostic only (scripts/spmm_probe.py --preprocess): enqueues cuSPARSE's
+ * optional cusparseSpMM_preprocess for this plan; same pointer rules as
+ * pygio_spmm_run. The package never calls it: it corrupted memory once on an
+ * H200 (docs/design.md, "No cuSPARSE preprocessing").
+ */
+PYGIO_API int pygio_spmm_preprocess(const pygio_spmm_params* params);
 
 /* --------------------------------------------------------------- SDDMM ---
- * out[e] = sum_k G[row(e), k] * X[col(e), k] for every entry e of A (CSR
- * order); the gradient of SpMM's Y = A X with respect to A's values given
- * dL/dY = G. G is [num_rows, width], X is [num_cols, width], both dense
- * row-major contiguous of a->dtype; out has a->nnz entries of a->dtype.
- * a->values is not read. Accumulates in fp32 (fp64 for float64).
+ * out[e] = sum_k G[row(e), k] * X[col(e), k] for every entry e of A, in CSR
+ * order: the gradient of SpMM's Y = A X with respect to A's values given
+ * dL/dY = G. G is [num_rows, width], X is [num_cols, width], both row-major
+ * with inner stride 1 and the given row strides; out has nnz entries
+ * (contiguous). All of dtype; accumulation in fp32 (fp64 for float64).
  */
-PYGIO_API int pygio_sddmm(const pygio_csr* a, const void* g, const void* x, int64_t width,
-                          void* out, int32_t device, void* stream);
+typedef struct {
+  int32_t struct_size;   /* sizeof(pygio_sddmm_params) */
+  int32_t dtype;         /* pygio_dtype of G, X and out */
+  int32_t device;        /* CUDA device index of every buffer */
+  pygio_csr a;
+  int64_t width;
+  const void* g;
+  int64_t g_row_stride;  /* >= width */
+  const void* x;
+  int64_t x_row_stride;  /* >= width */
+  void* out;
+  void* stream;          /* cudaStream_t on `device`; NULL: the legacy default stream */
+} pygio_sddmm_params;
+
+/*
+ * Enqueues the SDDMM. nnz == 0: nothing to do, returns PYGIO_OK without
+ * touching the device, every pointer may be NULL. width == 0: out is filled
+ * with zeros, g and x may be NULL. Otherwise no pointer may be NULL.
+ */
+PYGIO_API int pygio_sddmm(const pygio_sddmm_params* params);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-#include <mutex>
+#include <atomic>
 #include <string>
 
 #include "../common/status.h"
@@ -14,23 +14,27 @@ namespace {
 constexpr int kMaxDevices = 64;
 
 Api table;
-bool loaded = false;
+std::atomic<bool> loaded{false};
 std::mutex load_mutex;
-Handle handles[kMaxDevices] = {};
-std::mutex handle_mutex;
+
+struct DeviceHandle {
+  std::mutex mutex;  // held while a call binds the handle's stream and enqueues
+  Handle handle = nullptr;
+};
+DeviceHandle device_handles[kMaxDevices];
 
 template <typename Fn>
-bool resolve(void* lib, const char* name, Fn* out, std::string* missing) {
+void resolve(void* lib, const char* name, Fn* out, std::string* missing) {
   *out = reinterpret_cast<Fn>(dlsym(lib, name));
   if (*out == nullptr) *missing += std::string(" ") + name;
-  return *out != nullptr;
 }
 
 }  // namespace
 
 int load(const char* path) {
+  if (loaded.load(std::memory_order_acquire)) return PYGIO_OK;
   std::lock_guard<std::mutex> guard(load_mutex);
-  if (loaded) return PYGIO_OK;
+  if (loaded.load(std::memory_order_relaxed)) return PYGIO_OK;
   const char* soname = "libcusparse.so.12";
   void* lib = dlopen(soname, RTLD_NOW | RTLD_NOLOAD);
   if (lib == nullptr && path != nullptr && path[0] != '\0') lib = dlopen(path, RTLD_NOW);
@@ -56,29 +60,33 @@ int load(const char* path) {
   resolve(lib, "cusparseSpMM", &table.spmm, &missing);
   if (!missing.empty())
     return fail(PYGIO_ERR_CUSPARSE_UNAVAILABLE, "cuSPARSE lacks symbols:" + missing);
-  loaded = true;
+  loaded.store(true, std::memory_order_release);
   return PYGIO_OK;
 }
 
 const Api& api() { return table; }
 
-int handle_for_device(int device, Handle* out) {
-  PYGIO_CHECK_ARG(device >= 0 && device < kMaxDevices, "device index out of range");
-  int status = load(nullptr);
-  if (status != PYGIO_OK) return status;
-  std::lock_guard<std::mutex> guard(handle_mutex);
-  if (handles[device] == nullptr) {
-    status = set_device(device);
-    if (status != PYGIO_OK) return status;
-    PYGIO_CHECK_CUSPARSE(table.create(&handles[device]));
-  }
-  *out = handles[device];
+int check(Status status, const char* what) {
+  if (status == kSuccess) return PYGIO_OK;
+  return fail(status == kNotSupported ? PYGIO_ERR_UNSUPPORTED : PYGIO_ERR_CUSPARSE,
+              std::string(what) + ": " + table.get_error_string(status));
+}
+
+int LockedHandle::acquire(int device, cudaStream_t stream) {
+  PYGIO_CHECK_ARG(device >= 0 && device < kMaxDevices,
+                  "device index " + std::to_string(device) + " out of range");
+  PYGIO_TRY(load(nullptr));
+  DeviceHandle& slot = device_handles[device];
+  lock_ = std::unique_lock<std::mutex>(slot.mutex);
+  if (slot.handle == nullptr) PYGIO_CHECK_CUSPARSE(table.create(&slot.handle));
+  PYGIO_CHECK_CUSPARSE(table.set_stream(slot.handle, stream));
+  handle_ = slot.handle;
   return PYGIO_OK;
 }
 
 }  // namespace pygio::cusparse
 
 extern "C" int pygio_cusparse_load(const char* path) {
-  int status = pygio::cusparse::load(path);
+  const int status = pygio::cusparse::load(path);
   return status == PYGIO_OK ? pygio::ok() : status;
 }

@@ -1,4 +1,5 @@
-// The part of cuSPARSE's generic API that SpMM uses, resolved at run time.
+// The part of cuSPARSE's generic API that SpMM uses, resolved at run time,
+// and one cuSPARSE handle per device.
 //
 // Declared here rather than taken from cusparse.h so the native library
 // builds with nothing but nvcc and the CUDA runtime: the process that loads
@@ -11,6 +12,10 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <mutex>
+
+#include "../common/status.h"
 
 namespace pygio::cusparse {
 
@@ -54,24 +59,32 @@ struct Api {
 };
 
 // Loads libcusparse (already loaded copy first, then `path` or the default
-// search) and resolves every symbol. Returns PYGIO_OK or records an error.
+// search) and resolves every symbol, once per process. Returns a pygio status.
 int load(const char* path);
 
 // The function table; load() must have succeeded.
 const Api& api();
 
-// One cuSPARSE handle per device, created on first use (device current).
-int handle_for_device(int device, Handle* out);
+// A pygio status for cuSPARSE status `status` of the call `what`
+// (PYGIO_ERR_UNSUPPORTED for CUSPARSE_STATUS_NOT_SUPPORTED).
+int check(Status status, const char* what);
+
+// A device's cuSPARSE handle, bound to a stream, held under that device's
+// lock for the guard's lifetime: calls on one device are serialised while
+// they bind and enqueue, calls on different devices never wait on each
+// other. The handle is created on first use (cuSPARSE is loaded if needed).
+class LockedHandle {
+ public:
+  // Locks `device`'s handle and binds `stream`; `device` must be current.
+  int acquire(int device, cudaStream_t stream);
+  Handle get() const { return handle_; }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  Handle handle_ = nullptr;
+};
 
 }  // namespace pygio::cusparse
 
-#define PYGIO_CHECK_CUSPARSE(expr)                                                    \
-  do {                                                                                \
-    ::pygio::cusparse::Status pygio_st_ = (expr);                                     \
-    if (pygio_st_ != ::pygio::cusparse::kSuccess)                                     \
-      return ::pygio::fail(pygio_st_ == ::pygio::cusparse::kNotSupported              \
-                               ? PYGIO_ERR_UNSUPPORTED                                \
-                               : PYGIO_ERR_CUSPARSE,                                  \
-                           std::string(#expr) + ": " +                                \
-                               ::pygio::cusparse::api().get_error_string(pygio_st_)); \
-  } while (0)
+// Returns from the enclosing function with a cuSPARSE failure.
+#define PYGIO_CHECK_CUSPARSE(expr) PYGIO_TRY(::pygio::cusparse::check((expr), #expr))

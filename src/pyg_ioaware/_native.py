@@ -1,9 +1,14 @@
 """ctypes loader for the native library (cuda/, C ABI in cuda/include/pyg_ioaware.h).
 
-Argument checks of user input happen above this module; here raw pointers,
-sizes, a dtype code, the device index and torch's current CUDA stream go
-down, a status comes up and becomes a :class:`NativeError` carrying the
-library's message.
+Argument checks of user input happen above this module. Each kernel entry
+takes one params struct (mirrored here as a ctypes Structure): raw pointers,
+int64 sizes and row strides, dtype and index-width codes, the device index
+and torch's current CUDA stream go down, a status comes up and becomes a
+:class:`NativeError` carrying the library's message. The wrappers at the end
+(``spmm_plan_create``, ``spmm_run``, ``sddmm``, ...) build those structs from
+tensors the caller has already checked; they raise TypeError for index
+dtypes other than int32 / int64 and ValueError for rows of inner stride
+other than 1.
 """
 from __future__ import annotations
 
@@ -16,9 +21,10 @@ import sys
 from typing import Optional
 
 import torch
+from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 1
+ABI_VERSION = 2
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -34,17 +40,67 @@ class NativeError(RuntimeError):
 
 
 class Csr(ctypes.Structure):
-    """Mirror of ``pygio_csr``."""
+    """Mirror of ``pygio_csr``: a CSR structure (values travel separately)."""
 
     _fields_ = [
+        ("rowptr", ctypes.c_void_p),
+        ("col", ctypes.c_void_p),
         ("num_rows", ctypes.c_int64),
         ("num_cols", ctypes.c_int64),
         ("nnz", ctypes.c_int64),
-        ("rowptr", ctypes.c_void_p),
-        ("col", ctypes.c_void_p),
-        ("values", ctypes.c_void_p),
         ("index_bits", ctypes.c_int32),
+    ]
+
+
+# A params struct's first field, struct_size, is set to ctypes.sizeof of the
+# struct; the library checks it against its own size and refuses a mismatch.
+class SpmmPlanParams(ctypes.Structure):
+    """Mirror of ``pygio_spmm_plan_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("transpose", ctypes.c_int32),
+        ("algorithm", ctypes.c_int32),
+        ("a", Csr),
+        ("width", ctypes.c_int64),
+    ]
+
+
+class SpmmParams(ctypes.Structure):
+    """Mirror of ``pygio_spmm_params`` (workspace size, run, preprocess)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("plan", ctypes.c_void_p),
+        ("values", ctypes.c_void_p),
+        ("x", ctypes.c_void_p),
+        ("x_row_stride", ctypes.c_int64),
+        ("y", ctypes.c_void_p),
+        ("y_row_stride", ctypes.c_int64),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class SddmmParams(ctypes.Structure):
+    """Mirror of ``pygio_sddmm_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("width", ctypes.c_int64),
+        ("g", ctypes.c_void_p),
+        ("g_row_stride", ctypes.c_int64),
+        ("x", ctypes.c_void_p),
+        ("x_row_stride", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
     ]
 
 
@@ -68,23 +124,21 @@ def _cusparse_candidates() -> list[str]:
     return found
 
 
+# Every exported entry: (argument types, return type), as in pyg_ioaware.h
+# (tests/test_native_abi.py checks the two against each other).
 _SIGNATURES = {
     "pygio_abi_version": ([], ctypes.c_int),
+    "pygio_struct_size": ([ctypes.c_int32], ctypes.c_size_t),
     "pygio_last_error": ([], ctypes.c_char_p),
     "pygio_cusparse_load": ([ctypes.c_char_p], ctypes.c_int),
     "pygio_spmm_plan_create": (
-        [ctypes.POINTER(Csr), ctypes.c_int64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
-         ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int),
+        [ctypes.POINTER(SpmmPlanParams), ctypes.POINTER(ctypes.c_void_p)], ctypes.c_int),
     "pygio_spmm_plan_destroy": ([ctypes.c_void_p], None),
     "pygio_spmm_workspace_size": (
-        [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-         ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p], ctypes.c_int),
-    "pygio_spmm_preprocess": (
-        [ctypes.c_void_p] * 6, ctypes.c_int),
-    "pygio_spmm_run": ([ctypes.c_void_p] * 6, ctypes.c_int),
-    "pygio_sddmm": (
-        [ctypes.POINTER(Csr), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-         ctypes.c_int32, ctypes.c_void_p], ctypes.c_int),
+        [ctypes.POINTER(SpmmParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_spmm_run": ([ctypes.POINTER(SpmmParams)], ctypes.c_int),
+    "pygio_spmm_preprocess": ([ctypes.POINTER(SpmmParams)], ctypes.c_int),
+    "pygio_sddmm": ([ctypes.POINTER(SddmmParams)], ctypes.c_int),
 }
 
 
@@ -101,13 +155,14 @@ def library() -> Optional[ctypes.CDLL]:
         if os.environ.get(ENV_LIBRARY_PATH):
             raise NativeError(f"{ENV_LIBRARY_PATH}={path} could not be loaded: {error}")
         return None
+    lib.pygio_abi_version.restype = ctypes.c_int
+    if lib.pygio_abi_version() != ABI_VERSION:  # before binding entries it may lack
+        raise NativeError(f"{path} has ABI version {lib.pygio_abi_version()}, "
+                          f"this package expects {ABI_VERSION}: rebuild the native library")
     for name, (argtypes, restype) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = argtypes
         fn.restype = restype
-    if lib.pygio_abi_version() != ABI_VERSION:
-        raise NativeError(f"{path} has ABI version {lib.pygio_abi_version()}, "
-                          f"this package expects {ABI_VERSION}: rebuild the native library")
     return lib
 
 
@@ -131,6 +186,7 @@ def load_cusparse() -> None:
 
 
 def pointer(tensor: Optional[torch.Tensor]) -> Optional[int]:
+    """The tensor's data pointer, None (NULL) for None."""
     return None if tensor is None else tensor.data_ptr()
 
 
@@ -146,16 +202,107 @@ def stream_of(tensor: torch.Tensor) -> int:
     return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
-def csr(rowptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor],
-        num_cols: int, dtype: torch.dtype) -> Csr:
-    """A ``pygio_csr`` over torch tensors (rowptr/col int32 or both int64)."""
-    return Csr(
-        num_rows=rowptr.numel() - 1,
-        num_cols=num_cols,
-        nnz=col.numel(),
-        rowptr=rowptr.data_ptr(),
-        col=col.data_ptr(),
-        values=pointer(values),
-        index_bits=32 if rowptr.dtype == torch.int32 else 64,
-        dtype=DTYPE_CODES[dtype],
-    )
+_INDEX_BITS = {torch.int32: 32, torch.int64: 64}
+
+
+def index_bits(dtype: torch.dtype) -> int:
+    """32 or 64 for an int32 / int64 index dtype; TypeError for any other."""
+    bits = _INDEX_BITS.get(dtype)
+    if bits is None:
+        raise TypeError(f"native CSR indices must be torch.int32 or torch.int64, got {dtype}")
+    return bits
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    """The pygio_dtype code of a floating dtype; TypeError for any other."""
+    code = DTYPE_CODES.get(dtype)
+    if code is None:
+        raise TypeError(f"native kernels take one of {list(DTYPE_CODES)}, got {dtype}")
+    return code
+
+
+def _csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Csr:
+    """A ``pygio_csr`` over rowptr / col (both int32 or both int64)."""
+    if rowptr.dtype != col.dtype:
+        raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
+                        f"index dtype")
+    return Csr(rowptr=rowptr.data_ptr(), col=col.data_ptr(), num_rows=rowptr.numel() - 1,
+               num_cols=num_cols, nnz=col.numel(), index_bits=index_bits(rowptr.dtype))
+
+
+def _row_stride(t: Tensor, name: str) -> int:
+    """Row stride of a 2-D tensor whose rows have inner stride 1. torch
+    reports any stride for a dimension of size 1: a single row's stride is
+    taken as the width, and a width-1 column's inner stride is ignored."""
+    rows, width = t.shape
+    row_stride, inner_stride = t.stride()
+    if width > 1 and inner_stride != 1:
+        raise ValueError(f"{name} must have inner stride 1, got strides {t.stride()}")
+    return row_stride if rows > 1 else width
+
+
+def spmm_plan_create(rowptr: Tensor, col: Tensor, num_cols: int, width: int,
+                     dtype: torch.dtype, transpose: bool, algorithm: int) -> int:
+    """A cuSPARSE plan for Y = A X (Y = A^T X with ``transpose``) on rowptr's
+    device, A = (rowptr, col) with ``num_cols`` columns, X and Y ``width``
+    wide in ``dtype``, ``algorithm`` a cusparseSpMMAlg_t. Returns an opaque
+    nonzero handle; rowptr and col must outlive it (spmm_plan_destroy)."""
+    params = SpmmPlanParams(struct_size=ctypes.sizeof(SpmmPlanParams),
+                            dtype=_dtype_code(dtype), device=rowptr.device.index,
+                            transpose=int(transpose), algorithm=algorithm,
+                            a=_csr(rowptr, col, num_cols), width=width)
+    plan = ctypes.c_void_p()
+    check(library().pygio_spmm_plan_create(ctypes.byref(params), ctypes.byref(plan)))
+    return plan.value
+
+
+def spmm_plan_destroy(handle: int) -> None:
+    """Frees a plan from spmm_plan_create."""
+    library().pygio_spmm_plan_destroy(handle)
+
+
+def _spmm_params(handle: int, values: Tensor, x: Tensor, out: Tensor,
+                 workspace: Optional[Tensor]) -> SpmmParams:
+    """The ``pygio_spmm_params`` of one call on a plan."""
+    return SpmmParams(struct_size=ctypes.sizeof(SpmmParams),
+                      dtype=_dtype_code(x.dtype), device=x.device.index, plan=handle,
+                      values=values.data_ptr(),
+                      x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
+                      y=out.data_ptr(), y_row_stride=_row_stride(out, "out"),
+                      workspace=pointer(workspace), stream=stream_of(x))
+
+
+def spmm_workspace_size(handle: int, values: Tensor, x: Tensor, out: Tensor) -> int:
+    """Bytes of workspace spmm_run needs for this plan and these row strides."""
+    size = ctypes.c_size_t()
+    params = _spmm_params(handle, values, x, out, None)
+    check(library().pygio_spmm_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    return size.value
+
+
+def spmm_run(handle: int, values: Tensor, x: Tensor, out: Tensor,
+             workspace: Optional[Tensor]) -> None:
+    """Enqueues out = op(A) X on torch's current stream; ``workspace`` holds
+    spmm_workspace_size bytes (None where that is 0)."""
+    params = _spmm_params(handle, values, x, out, workspace)
+    check(library().pygio_spmm_run(ctypes.byref(params)))
+
+
+def spmm_preprocess(handle: int, values: Tensor, x: Tensor, out: Tensor,
+                    workspace: Optional[Tensor]) -> None:
+    """Diagnostic only (scripts/spmm_probe.py --preprocess): cuSPARSE's
+    optional SpMM preprocessing; the package never calls it."""
+    params = _spmm_params(handle, values, x, out, workspace)
+    check(library().pygio_spmm_preprocess(ctypes.byref(params)))
+
+
+def sddmm(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor, out: Tensor) -> None:
+    """Enqueues out[e] = <g[row(e)], x[col[e]]> for every CSR entry e on
+    torch's current stream (out contiguous, one entry per col entry)."""
+    params = SddmmParams(struct_size=ctypes.sizeof(SddmmParams),
+                         dtype=_dtype_code(x.dtype), device=x.device.index,
+                         a=_csr(rowptr, col, x.size(0)), width=x.size(1),
+                         g=g.data_ptr(), g_row_stride=_row_stride(g, "g"),
+                         x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
+                         out=out.data_ptr(), stream=stream_of(x))
+    check(library().pygio_sddmm(ctypes.byref(params)))

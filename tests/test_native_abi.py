@@ -1,0 +1,256 @@
+"""The ctypes side of the native ABI against cuda/include/pyg_ioaware.h.
+
+The header is parsed (every ``PYGIO_API`` prototype, every ``typedef struct``
+and the ``pygio_struct_kind`` enum) and compared with ``_native._SIGNATURES``
+and the ctypes Structures' ``_fields_``. Where the library is loaded (CI
+builds it with nvcc even without a GPU) the struct sizes it reports are
+compared too, and the entries are called with arguments that fail or finish
+before any device work, so none of this needs a GPU.
+"""
+import ctypes
+import pathlib
+import re
+
+import pytest
+import torch
+
+from pyg_ioaware import _native
+
+HEADER = pathlib.Path(__file__).resolve().parents[1] / "cuda" / "include" / "pyg_ioaware.h"
+
+C_SCALARS = {
+    "int": ctypes.c_int,
+    "int32_t": ctypes.c_int32,
+    "int64_t": ctypes.c_int64,
+    "size_t": ctypes.c_size_t,
+    "char*": ctypes.c_char_p,
+    "void*": ctypes.c_void_p,
+}
+PYGIO_ERR_INVALID_ARGUMENT = 1
+
+
+def _header_text() -> str:
+    text = HEADER.read_text()
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    return re.sub(r"//[^\n]*", " ", text)
+
+
+def _declaration(decl: str) -> tuple:
+    """'const pygio_csr* a' -> ('pygio_csr*', 'a')."""
+    decl = " ".join(decl.replace("const ", " ").split())
+    match = re.fullmatch(r"(\w+(?:\s*\*)*)\s*\b(\w+)", decl)
+    assert match, f"cannot parse declaration {decl!r}"
+    return match.group(1).replace(" ", ""), match.group(2)
+
+
+def _parse_header():
+    text = _header_text()
+    structs = {}
+    for body, name in re.findall(r"typedef\s+struct\s*\{(.*?)\}\s*(\w+)\s*;", text, re.S):
+        structs[name] = [_declaration(f) for f in body.split(";") if f.strip()]
+    opaque = set(re.findall(r"typedef\s+struct\s+(\w+)\s+\1\s*;", text))
+    prototypes = {}
+    for ret, name, args in re.findall(r"PYGIO_API\s+([\w\s\*]+?)\s*\b(pygio_\w+)\s*\((.*?)\)\s*;",
+                                      text, re.S):
+        args = [] if args.strip() == "void" else [_declaration(a)[0] for a in args.split(",")]
+        prototypes[name] = (args, " ".join(ret.replace("const ", "").split()).replace(" ", ""))
+    kinds = dict(re.findall(r"PYGIO_STRUCT_(\w+)\s*=\s*(\d+)", text))
+    return structs, opaque, prototypes, kinds
+
+
+STRUCTS, OPAQUE, PROTOTYPES, STRUCT_KINDS = _parse_header()
+
+
+def _c_name(structure: type) -> str:
+    """SpmmPlanParams -> pygio_spmm_plan_params."""
+    return "pygio_" + re.sub(r"(?<!^)([A-Z])", r"_\1", structure.__name__).lower()
+
+
+PY_STRUCTS = {
+    _c_name(cls): cls for cls in vars(_native).values()
+    if isinstance(cls, type) and issubclass(cls, ctypes.Structure) and hasattr(cls, "_fields_")
+}
+
+
+def _ctype(c_type: str):
+    """The ctypes type a C type maps to (None for void)."""
+    if c_type == "void":
+        return None
+    if c_type in C_SCALARS:
+        return C_SCALARS[c_type]
+    if c_type.endswith("*"):
+        base = c_type[:-1]
+        if base in OPAQUE:  # a handle: passed as void*
+            return ctypes.c_void_p
+        return ctypes.POINTER(_ctype(base))
+    if c_type in PY_STRUCTS:
+        return PY_STRUCTS[c_type]
+    raise AssertionError(f"no ctypes mapping for C type {c_type!r}")
+
+
+def test_header_parses():
+    assert {"pygio_csr", "pygio_spmm_plan_params", "pygio_spmm_params",
+            "pygio_sddmm_params"} <= set(STRUCTS)
+    assert "pygio_spmm_plan" in OPAQUE
+    assert {"pygio_spmm_run", "pygio_sddmm", "pygio_struct_size"} <= set(PROTOTYPES)
+
+
+def test_every_header_struct_has_a_structure():
+    assert set(PY_STRUCTS) == set(STRUCTS)
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTS))
+def test_structure_fields_match_header(name):
+    expected = [(field, _ctype(c_type)) for c_type, field in STRUCTS[name]]
+    assert list(PY_STRUCTS[name]._fields_) == expected
+
+
+@pytest.mark.parametrize("name", sorted(n for n in STRUCTS if n.endswith("_params")))
+def test_params_structs_lead_with_struct_size(name):
+    assert STRUCTS[name][0] == ("int32_t", "struct_size")
+
+
+def test_every_prototype_has_a_signature():
+    assert set(_native._SIGNATURES) == set(PROTOTYPES)
+
+
+@pytest.mark.parametrize("name", sorted(PROTOTYPES))
+def test_signature_matches_header(name):
+    args, ret = PROTOTYPES[name]
+    argtypes, restype = _native._SIGNATURES[name]
+    assert len(argtypes) == len(args)
+    assert list(argtypes) == [_ctype(a) for a in args]
+    assert restype == _ctype(ret)
+
+
+def test_struct_kinds_cover_every_struct():
+    assert {f"pygio_{kind.lower()}" for kind in STRUCT_KINDS} == set(STRUCTS)
+
+
+def test_abi_versions_agree():
+    version = re.search(r"#define\s+PYGIO_ABI_VERSION\s+(\d+)", HEADER.read_text()).group(1)
+    assert int(version) == _native.ABI_VERSION
+
+
+def test_index_bits():
+    assert _native.index_bits(torch.int32) == 32
+    assert _native.index_bits(torch.int64) == 64
+    for dtype in (torch.int16, torch.int8, torch.uint8, torch.float32):
+        with pytest.raises(TypeError, match="int32 or torch.int64"):
+            _native.index_bits(dtype)
+
+
+def test_wrappers_reject_unsupported_index_dtypes():
+    x = torch.zeros(3, 2)
+    out = torch.zeros(2)
+    for rowptr, col, match in (
+            (torch.tensor([0, 1, 2], dtype=torch.int16), torch.tensor([0, 1], dtype=torch.int16),
+             "int32 or torch.int64"),
+            (torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([0, 1]), "share")):
+        with pytest.raises(TypeError, match=match):
+            _native.sddmm(rowptr, col, x, x, out)
+        with pytest.raises(TypeError, match=match):
+            _native.spmm_plan_create(rowptr, col, 3, 2, torch.float32, False, 0)
+
+
+# ------------------------------------------------- against the loaded library
+needs_library = pytest.mark.skipif(_native.library() is None,
+                                   reason="native library not built or not found")
+
+
+def _params(name: str, **fields):
+    structure = PY_STRUCTS[name]
+    return structure(struct_size=ctypes.sizeof(structure), **fields)
+
+
+def _call(name: str, params) -> tuple:
+    """Calls entry ``name`` with ``params`` and zeroed out-arguments;
+    returns (status, message)."""
+    lib = _native.library()
+    argtypes, _ = _native._SIGNATURES[name]
+    extra = [ctypes.byref(t._type_()) for t in argtypes[1:]]
+    status = getattr(lib, name)(ctypes.byref(params), *extra)
+    return status, lib.pygio_last_error().decode()
+
+
+PARAMS_ENTRIES = sorted(name for name, (args, _) in PROTOTYPES.items()
+                        if args and args[0].endswith("_params*"))
+
+
+@needs_library
+def test_library_abi_version():
+    assert _native.library().pygio_abi_version() == _native.ABI_VERSION
+
+
+@needs_library
+@pytest.mark.parametrize("kind", sorted(STRUCT_KINDS))
+def test_struct_sizes_match_library(kind):
+    structure = PY_STRUCTS[f"pygio_{kind.lower()}"]
+    assert _native.library().pygio_struct_size(int(STRUCT_KINDS[kind])) == \
+        ctypes.sizeof(structure)
+
+
+@needs_library
+def test_unknown_struct_kind_has_no_size():
+    assert _native.library().pygio_struct_size(len(STRUCT_KINDS)) == 0
+
+
+@needs_library
+@pytest.mark.parametrize("entry", PARAMS_ENTRIES)
+@pytest.mark.parametrize("delta", [-8, -1, 4, 64])
+def test_wrong_struct_size_is_rejected(entry, delta):
+    struct_name = PROTOTYPES[entry][0][0][:-1]
+    params = _params(struct_name)
+    params.struct_size += delta
+    status, message = _call(entry, params)
+    assert status == PYGIO_ERR_INVALID_ARGUMENT
+    assert entry in message and "struct_size" in message
+    assert str(ctypes.sizeof(params)) in message
+
+
+@needs_library
+@pytest.mark.parametrize("entry", PARAMS_ENTRIES)
+def test_null_params_are_rejected(entry):
+    lib = _native.library()
+    argtypes, _ = _native._SIGNATURES[entry]
+    extra = [ctypes.byref(t._type_()) for t in argtypes[1:]]
+    assert getattr(lib, entry)(None, *extra) == PYGIO_ERR_INVALID_ARGUMENT
+    assert "params is NULL" in lib.pygio_last_error().decode()
+
+
+@needs_library
+def test_empty_sddmm_needs_no_device():
+    status, message = _call("pygio_sddmm", _params("pygio_sddmm_params",
+                                                   a=_native.Csr(index_bits=32)))
+    assert (status, message) == (0, "")
+
+
+@needs_library
+@pytest.mark.parametrize("bits", [0, 8, 16, 63, 128])
+def test_library_rejects_index_bits_other_than_32_or_64(bits):
+    csr = _native.Csr(index_bits=bits)
+    for entry, params in (
+            ("pygio_sddmm", _params("pygio_sddmm_params", a=csr)),
+            ("pygio_spmm_plan_create", _params("pygio_spmm_plan_params", a=csr, width=1))):
+        status, message = _call(entry, params)
+        assert status == PYGIO_ERR_INVALID_ARGUMENT
+        assert "index_bits must be 32 or 64" in message
+
+
+@needs_library
+def test_library_rejects_unknown_dtype_and_short_row_strides():
+    csr = dict(num_rows=1, num_cols=1, nnz=1, rowptr=8, col=8, index_bits=32)
+    status, message = _call("pygio_sddmm", _params("pygio_sddmm_params", dtype=9,
+                                                   a=_native.Csr(**csr)))
+    assert status == PYGIO_ERR_INVALID_ARGUMENT and "dtype" in message
+    status, message = _call("pygio_sddmm", _params(
+        "pygio_sddmm_params", a=_native.Csr(**csr), width=4, g=8, x=8, out=8,
+        g_row_stride=4, x_row_stride=3))
+    assert status == PYGIO_ERR_INVALID_ARGUMENT and "x row stride 3" in message
+
+
+@needs_library
+def test_spmm_calls_need_a_plan():
+    status, message = _call("pygio_spmm_run", _params("pygio_spmm_params"))
+    assert status == PYGIO_ERR_INVALID_ARGUMENT and "plan must not be NULL" in message
+    _native.library().pygio_spmm_plan_destroy(None)  # a no-op
