@@ -138,8 +138,12 @@ def test_state_dict_repr_and_lazy_init():
 def test_errors_match_pyg():
     with pytest.raises(ValueError, match="does not support adding self-loops"):
         GCNConv(4, 4, add_self_loops=True, normalize=False)
-    with pytest.raises(ValueError, match="supports flow"):
-        GCNConv(4, 4, flow="target_to_source")
+    # flow="target_to_source" is supported now (test_message_passing.py); a
+    # bad flow gets MessagePassing's error, an aggregation other than add ours.
+    with pytest.raises(ValueError, match="Expected 'flow'"):
+        GCNConv(4, 4, flow="sideways")
+    with pytest.raises(ValueError, match="supports aggr"):
+        GCNConv(4, 4, aggr="mean")
     conv = GCNConv(4, 4)
     edge_index = torch.tensor([[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="bipartite"):
@@ -157,6 +161,19 @@ def test_isolated_nodes_get_bias_only():
     torch.nn.init.uniform_(conv.bias)
     out = conv(torch.randn(5, 4), torch.tensor([[0, 1], [1, 0]]))
     assert torch.equal(out[2:], conv.bias.expand(3, 3))
+
+
+@pytest.mark.parametrize("improved", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_no_edges_gives_the_self_loop_result_like_pyg(improved, weighted):
+    """add_self_loops on a graph without edges (an empty edge_weight too):
+    every node sees only its own loop, as in PyG."""
+    edge_index = torch.empty(2, 0, dtype=torch.long)
+    edge_weight = torch.empty(0) if weighted else None
+    ours, ref = pair(improved=improved)
+    x, grad = torch.randn(6, 8), torch.randn(6, 5)
+    assert_same(forward_backward(ours, x, edge_index, edge_weight, grad),
+                forward_backward(ref, x, edge_index, edge_weight, grad), 1e-6)
 
 
 def test_cora_matches_pyg():

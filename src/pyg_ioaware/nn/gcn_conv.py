@@ -1,24 +1,29 @@
 """GCNConv: PyG's graph convolution on the SpMM family's cached kernels."""
-from __future__ import annotations
-
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import torch
 from torch import Tensor
 from torch.nn import Parameter
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.nn.dense.linear import Linear
+from torch_geometric.nn.inits import zeros
+from torch_geometric.typing import Adj, OptPairTensor, OptTensor, SparseTensor
+from torch_geometric.utils import spmm
 
 from ..graph import Graph
-from ..ops.functional import check_features, graph_edge_weight, propagate
-from ..ops.norm import edge_values, weights_in_csr_order
+from ..ops.spmm_functional import SpmmAdjacency, gcn_adjacency
+from .fused_message_passing import FusedMessagePassing
+
+# No __all__ here: PyG's generated propagate module star-imports this one
+# for the type names above (Tensor, OptTensor, ...).
 
 
-class GCNConv(torch.nn.Module):
+class GCNConv(FusedMessagePassing):
     r"""The graph convolutional operator from the `"Semi-supervised
     Classification with Graph Convolutional Networks"
     <https://arxiv.org/abs/1609.02907>`_ paper, a drop-in replacement for
     :class:`torch_geometric.nn.GCNConv` (same arguments, parameters,
-    ``state_dict`` keys and outputs):
+    ``state_dict`` keys and outputs; a :class:`MessagePassing` subclass):
 
     .. math::
         \mathbf{X}^{\prime} = \mathbf{\hat{D}}^{-1/2} \mathbf{\hat{A}}
@@ -30,6 +35,11 @@ class GCNConv(torch.nn.Module):
     (weighted in-degree). The aggregation is one SpMM over the cached CSR
     with cached normalized values; backward is one SpMM over the cached
     CSR^T. No per-edge feature tensor is ever built.
+
+    Where something needs PyG's per-edge messages (explain masks, propagate
+    or message hooks, ``decomposed_layers > 1``, a subclass overriding
+    ``message``, SparseTensor features, TorchScript) the layer runs PyG's
+    own code instead: ``gcn_norm`` and :meth:`MessagePassing.propagate`.
 
     Args:
         in_channels (int): Size of each input sample, or -1 to infer it lazily.
@@ -44,23 +54,27 @@ class GCNConv(torch.nn.Module):
         normalize (bool, optional): Apply the symmetric normalization.
             (default: :obj:`True`)
         bias (bool, optional): Learn an additive bias. (default: :obj:`True`)
-        **kwargs: ``aggr="add"``, ``flow="source_to_target"`` and
-            ``node_dim`` in (-2, 0) are accepted for compatibility; other
-            values raise a ValueError.
+        **kwargs: :class:`MessagePassing` arguments: ``flow`` (both
+            directions), ``node_dim``, ``decomposed_layers``; ``aggr`` must
+            stay ``"add"`` (or ``"sum"``), else a ValueError.
 
     Shapes:
-        - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, edges as
+        - **input:** node features :math:`(|\mathcal{V}|, F_{in})`, or
+          :math:`(B, |\mathcal{V}|, F_{in})` for a static graph, edges as
           edge_index :math:`(2, |\mathcal{E}|)`, EdgeIndex, torch.sparse or
           SparseTensor adjacency (``adj_t``), or a :class:`pyg_ioaware.Graph`;
           edge weights :math:`(|\mathcal{E}|)` *(optional)*
-        - **output:** node features :math:`(|\mathcal{V}|, F_{out})`
+        - **output:** node features :math:`(|\mathcal{V}|, F_{out})` (or
+          :math:`(B, |\mathcal{V}|, F_{out})`)
     """
+    _cached_edge_index: Optional[OptPairTensor]
+    _cached_adj_t: Optional[SparseTensor]
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None,
                  normalize: bool = True, bias: bool = True, **kwargs: Any):
-        super().__init__()
-        _check_message_passing_kwargs(self.__class__.__name__, kwargs)
+        kwargs.setdefault("aggr", "add")
+        super().__init__(**kwargs)
         if add_self_loops is None:
             add_self_loops = normalize
         if add_self_loops and not normalize:
@@ -72,7 +86,13 @@ class GCNConv(torch.nn.Module):
         self.cached = cached
         self.add_self_loops = add_self_loops
         self.normalize = normalize
-        self._cached_graph: Optional[tuple] = None
+        # PyG's caches, one per input kind (SparseTensor or any other):
+        # PyG's normalized (edge_index, edge_weight) or adj_t where PyG's
+        # path filled or last used it, else a _CachedGraph; _cached_graphs
+        # keeps a _CachedGraph aside while its slot holds PyG's form.
+        self._cached_edge_index = None
+        self._cached_adj_t = None
+        self._cached_graphs: Dict[str, _CachedGraph] = {}
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         if bias:
             self.bias = Parameter(torch.empty(out_channels))
@@ -81,59 +101,168 @@ class GCNConv(torch.nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Resets the weights (glorot) and bias (zeros) and clears the cache."""
+        """Resets the weights (glorot) and bias (zeros) and clears the caches."""
+        super().reset_parameters()
         self.lin.reset_parameters()
-        if self.bias is not None:
-            torch.nn.init.zeros_(self.bias)
-        self._cached_graph = None
+        zeros(self.bias)
+        self._cached_edge_index = None
+        self._cached_adj_t = None
+        self._cached_graphs = {}
 
-    def forward(self, x: Tensor, edge_index: Any, edge_weight: Optional[Tensor] = None) -> Tensor:
-        name = self.__class__.__name__
+    def forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
         if isinstance(x, (tuple, list)):
-            raise ValueError(f"'{name}' received a tuple of node features as input while this "
-                             f"layer does not support bipartite message passing. Please try "
-                             f"other layers such as 'SAGEConv' or 'GraphConv' instead")
-        graph, weight_csr = self._graph_and_weights(x, edge_index, edge_weight)
-        check_features(x, graph, name)
+            raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features "
+                             f"as input while this layer does not support bipartite message "
+                             f"passing. Please try other layers such as 'SAGEConv' or "
+                             f"'GraphConv' instead")
+        if torch.jit.is_scripting():
+            return self.pyg_forward(x, edge_index, edge_weight)
+        reason = self._pyg_path_reason(x)
+        if reason is not None:
+            self.check_pyg_path_input(edge_index, reason)
+            self._caches_to_pyg()
+            return self.pyg_forward(x, edge_index, edge_weight)
+        return self.fused_forward(x, edge_index, edge_weight)
+
+    def pyg_forward(self, x: Tensor, edge_index: Adj, edge_weight: OptTensor = None) -> Tensor:
+        """PyG's GCNConv.forward: gcn_norm, then MessagePassing.propagate."""
+        if self.normalize:
+            if isinstance(edge_index, Tensor):
+                cache = self._cached_edge_index
+                if cache is None:
+                    edge_index, edge_weight = gcn_norm(  # yapf: disable
+                        edge_index, edge_weight, x.size(self.node_dim),
+                        self.improved, self.add_self_loops, self.flow, x.dtype)
+                    if self.cached:
+                        self._cached_edge_index = (edge_index, edge_weight)
+                else:
+                    edge_index, edge_weight = cache[0], cache[1]
+
+            elif isinstance(edge_index, SparseTensor):
+                cache = self._cached_adj_t
+                if cache is None:
+                    edge_index = gcn_norm(  # yapf: disable
+                        edge_index, edge_weight, x.size(self.node_dim),
+                        self.improved, self.add_self_loops, self.flow, x.dtype)
+                    if self.cached:
+                        self._cached_adj_t = edge_index
+                else:
+                    edge_index = cache
+
+        x = self.lin(x)
+
+        # propagate_type: (x: Tensor, edge_weight: OptTensor)
+        out = self.propagate(edge_index, x=x, edge_weight=edge_weight)
+
+        if self.bias is not None:
+            out = out + self.bias
+
+        return out
+
+    @torch.jit.unused
+    def fused_forward(self, x: Tensor, edge_index: Adj,
+                      edge_weight: OptTensor = None) -> Tensor:
+        """One SpMM over the (cached) normalized graph; same result as
+        :meth:`pyg_forward`."""
+        node_dim = self.fused_node_dim(x)
+        self.check_flow(edge_index)
+        adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
         # X W is not bound to a name: it is freed as soon as the SpMM has read it.
-        out = self._propagate(graph, weight_csr, self.lin(x))
+        out = adjacency.propagate(self.lin(x), node_dim=node_dim)
         if self.bias is not None:
             # In place where the dtypes agree: saves one [N, F_out] buffer at peak.
             out = out.add_(self.bias) if out.dtype == self.bias.dtype else out + self.bias
         return out
 
-    def _propagate(self, graph: Graph, weight_csr: Optional[Tensor], h: Tensor) -> Tensor:
-        mode = "gcn" if self.normalize else "sum"
-        values, values_t = edge_values(graph, weight_csr, mode, h.dtype)
-        return propagate(graph, values, values_t, h)
+    def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
+        return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j
 
-    def _graph_and_weights(self, x: Tensor, edge_index: Any,
-                           edge_weight: Optional[Tensor]) -> tuple:
-        """The graph to aggregate over (with self loops where asked) and the
-        edge weights in its CSR order (None: all ones)."""
-        if self._cached_graph is not None:
-            return self._cached_graph
-        if not isinstance(x, Tensor):
-            raise TypeError(f"'{self.__class__.__name__}': expected node features as a tensor, "
-                            f"got {type(x).__name__}")
-        graph = Graph.from_input(edge_index, num_nodes=x.size(0))
-        edge_weight = graph_edge_weight(graph, edge_weight, self.__class__.__name__)
-        if self.add_self_loops:
-            graph = graph.with_remaining_self_loops()
-        weight_csr = weights_in_csr_order(graph, edge_weight, 2.0 if self.improved else 1.0)
-        if self.cached and self.normalize:
-            self._cached_graph = (graph, weight_csr)
-        return graph, weight_csr
+    def message_and_aggregate(self, adj_t: Adj, x: Tensor) -> Tensor:
+        return spmm(adj_t, x, reduce=self.aggr)
+
+    # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _pyg_path_reason(self, x: Tensor) -> Optional[str]:
+        reason = self.pyg_path_reason()
+        # torch.sparse features take the fused path: only self.lin reads x,
+        # the same call on both paths. A SparseTensor takes PyG's.
+        if reason is None and isinstance(x, SparseTensor):
+            reason = "SparseTensor node features"
+        return reason
+
+    @torch.jit.unused
+    def _adjacency(self, edge_index: Any, edge_weight: Optional[Tensor],
+                   x: Tensor, node_dim: int) -> SpmmAdjacency:
+        """The graph to propagate over: the cached one (filled by the first
+        call where ``cached`` and ``normalize``), else built now."""
+        num_nodes = x.size(node_dim)
+        slot = "_cached_adj_t" if isinstance(edge_index, SparseTensor) else "_cached_edge_index"
+        cache = getattr(self, slot) if self.normalize else None
+        if cache is None:
+            adjacency = gcn_adjacency(edge_index, num_nodes, edge_weight,
+                                      add_self_loops=self.add_self_loops,
+                                      improved=self.improved, normalize=self.normalize,
+                                      flow=self.flow)
+            if self.cached and self.normalize:
+                source = (edge_index, edge_weight, num_nodes, x.dtype)
+                setattr(self, slot, _CachedGraph(adjacency, source=source))
+            return adjacency
+        if not isinstance(cache, _CachedGraph):  # PyG's form: PyG's path ran last
+            held = self._cached_graphs.pop(slot, None)
+            if held is None or held.pyg is not cache:
+                held = _CachedGraph.from_pyg(self, cache, num_nodes)
+            cache = held
+            setattr(self, slot, cache)
+        return cache.adjacency
+
+    @torch.jit.unused
+    def _caches_to_pyg(self) -> None:
+        """Before PyG's path: a cache the fused path filled is put in PyG's
+        form (gcn_norm of the first call's input, as PyG would have cached
+        it); the fused form is kept aside for the next fused call."""
+        for slot in ("_cached_edge_index", "_cached_adj_t"):
+            cache = getattr(self, slot)
+            if isinstance(cache, _CachedGraph):
+                setattr(self, slot, cache.pyg_form(self))
+                self._cached_graphs[slot] = cache
+
+    def __prepare_scriptable__(self) -> "GCNConv":
+        self._caches_to_pyg()  # TorchScript sees PyG's cache types
+        return self
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels})"
 
 
-def _check_message_passing_kwargs(name: str, kwargs: dict) -> None:
-    """Accepts the MessagePassing kwargs whose PyG defaults we implement."""
-    supported = {"aggr": ("add",), "flow": ("source_to_target",), "node_dim": (-2, 0)}
-    for key, value in kwargs.items():
-        if key not in supported:
-            raise ValueError(f"'{name}' does not support the argument {key}={value!r}")
-        if value not in supported[key]:
-            raise ValueError(f"'{name}' supports {key} in {supported[key]}, got {value!r}")
+class _CachedGraph:
+    """The normalized graph a cached GCNConv keeps from its first call, as
+    the fused path's :class:`SpmmAdjacency`, with what PyG's path needs to
+    rebuild PyG's own form from the same call (``source``: edge_index,
+    edge_weight, num_nodes) or that form itself (``pyg``)."""
+
+    def __init__(self, adjacency: SpmmAdjacency, source: Optional[tuple] = None,
+                 pyg: Any = None):
+        self.adjacency = adjacency
+        self.source = source
+        self.pyg = pyg
+
+    @classmethod
+    def from_pyg(cls, conv: GCNConv, pyg: Any, num_nodes: int) -> "_CachedGraph":
+        """From PyG's cached form: a normalized (edge_index, edge_weight) or
+        a normalized sparse adj_t (values are the weights)."""
+        adj, weight = (pyg, None) if isinstance(pyg, SparseTensor) else pyg
+        adjacency = gcn_adjacency(adj, num_nodes, weight, add_self_loops=False,
+                                  normalize=False, flow=conv.flow)
+        return cls(adjacency, pyg=pyg)
+
+    def pyg_form(self, conv: GCNConv) -> Any:
+        """What PyG's path would have cached: gcn_norm of the first call."""
+        if self.pyg is None:
+            adj, weight, num_nodes, dtype = self.source
+            if isinstance(adj, Graph):
+                raise TypeError(f"'{conv.__class__.__name__}' cached a pyg_ioaware.Graph, which "
+                                f"PyG's per-edge path cannot use; call reset_parameters() or "
+                                f"build the layer with cached=False")
+            self.pyg = gcn_norm(adj, weight, num_nodes, conv.improved, conv.add_self_loops,
+                                conv.flow, dtype)
+        return self.pyg
