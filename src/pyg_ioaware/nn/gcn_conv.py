@@ -1,5 +1,5 @@
 """GCNConv: PyG's graph convolution on the SpMM family's cached kernels."""
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -92,7 +92,7 @@ class GCNConv(FusedMessagePassing):
         # keeps a _CachedGraph aside while its slot holds PyG's form.
         self._cached_edge_index = None
         self._cached_adj_t = None
-        self._cached_graphs: Dict[str, _CachedGraph] = {}
+        self._cached_graphs = {}  # slot -> _CachedGraph (no annotation: TorchScript)
         self.lin = Linear(in_channels, out_channels, bias=False, weight_initializer="glorot")
         if bias:
             self.bias = Parameter(torch.empty(out_channels))
