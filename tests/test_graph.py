@@ -267,3 +267,19 @@ def test_cuda_new_graph_costs_one_sync(grouped):
     fresh = edge_index.clone()
     # A whole training step on a new graph: build, self loops, values, CSR^T, plans.
     assert count_syncs(lambda: conv(x, fresh).sum().backward()) == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("grouped", [False, True])
+def test_cuda_native_self_loops_equal_the_torch_structure(grouped, monkeypatch):
+    edge_index = random_graph(300, 300, 3000, seed=34, hub_degree=2000)
+    if grouped:
+        edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    for force_int64 in ("0", "1"):
+        monkeypatch.setenv(ENV_FORCE_INT64, force_int64)
+        graph = Graph.from_edge_index(edge_index.cuda(), 300)
+        native = graph.with_remaining_self_loops()
+        reference = graph._self_loop_structure(graph.index_dtype)
+        for got, want in zip((native.rowptr, native.col, native.row, native.state.edge_origin),
+                             reference):
+            assert got.dtype == want.dtype and torch.equal(got, want)

@@ -72,6 +72,8 @@ typedef enum {
   PYGIO_STRUCT_SPMM_PLAN_PARAMS = 1,
   PYGIO_STRUCT_SPMM_PARAMS = 2,
   PYGIO_STRUCT_SDDMM_PARAMS = 3,
+  PYGIO_STRUCT_SELF_LOOPS_PARAMS = 4,
+  PYGIO_STRUCT_GCN_NORM_PARAMS = 5,
 } pygio_struct_kind;
 
 /*
@@ -136,7 +138,9 @@ typedef struct {
 /*
  * Creates a plan; *plan receives it (NULL on error). Empty problems
  * (num_rows, num_cols, nnz or width of 0) are rejected: callers handle them
- * without the library. Loads cuSPARSE on first use.
+ * without the library. A matrix with more entries than num_rows x num_cols
+ * (only duplicate entries make that possible) gives PYGIO_ERR_UNSUPPORTED:
+ * cuSPARSE refuses it. Loads cuSPARSE on first use.
  */
 PYGIO_API int pygio_spmm_plan_create(const pygio_spmm_plan_params* params,
                                      pygio_spmm_plan** plan);
@@ -207,6 +211,64 @@ typedef struct {
  * with zeros, g and x may be NULL. Otherwise no pointer may be NULL.
  */
 PYGIO_API int pygio_sddmm(const pygio_sddmm_params* params);
+
+/* ------------------------------------------------------ graph structure ---
+ * PyG's remaining self loops, without a sort, on a square CSR graph of
+ * num_nodes rows (rowptr, col, and row = the row of every entry; index_bits
+ * for all of them and for the outputs). Row r of the output holds its loop
+ * first (at rowptr[r] + r), then row r's input entries in order. Input self
+ * loops stay as entries whose out_origin is -2 (DROPPED_LOOP: weight 0);
+ * every other entry's out_origin is its input edge id (edge_perm[e], or e
+ * where edge_perm is NULL), and a loop's is the largest input edge id among
+ * the row's input loops, or -1 (NEW_LOOP) where it has none. out_rowptr has
+ * num_nodes + 1 entries; out_col, out_row and out_origin (int64) have
+ * nnz + num_nodes. Where nnz + num_nodes == 0 only out_rowptr is written.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_self_loops_params) */
+  int32_t index_bits;      /* 32 or 64 */
+  int32_t device;
+  int64_t num_nodes;
+  int64_t nnz;
+  const void* rowptr;
+  const void* col;
+  const void* row;
+  const void* edge_perm;   /* CSR position -> input edge id, or NULL (identity) */
+  void* out_rowptr;
+  void* out_col;
+  void* out_row;
+  int64_t* out_origin;
+  void* stream;
+} pygio_self_loops_params;
+
+PYGIO_API int pygio_csr_add_self_loops(const pygio_self_loops_params* params);
+
+/*
+ * GCN's symmetric normalization on a square CSR graph A (a.num_rows ==
+ * a.num_cols), in the accumulator type of `dtype` (float; double for
+ * float64): deg(r) = sum of the weights of row r's entries,
+ * deg_inv_sqrt[r] = deg(r)^-1/2 (0 where deg(r) = 0) and
+ * values[e] = deg_inv_sqrt[col(e)] * w_e * deg_inv_sqrt[row(e)], stored in
+ * `dtype`. w is `weight` (nnz accumulator-type values) or, where NULL, 1 for
+ * every entry except those whose `origin` (NULL or nnz int64 codes as
+ * written by pygio_csr_add_self_loops) is -2, which weigh 0. row holds the
+ * row of every entry. deg_inv_sqrt (num_rows accumulator-type values) is
+ * written as scratch.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_gcn_norm_params) */
+  int32_t dtype;           /* pygio_dtype of values */
+  int32_t device;
+  pygio_csr a;
+  const void* row;
+  const void* weight;
+  const int64_t* origin;
+  void* deg_inv_sqrt;
+  void* values;
+  void* stream;
+} pygio_gcn_norm_params;
+
+PYGIO_API int pygio_gcn_norm(const pygio_gcn_norm_params* params);
 
 #ifdef __cplusplus
 }

@@ -124,6 +124,44 @@ def _cusparse_candidates() -> list[str]:
     return found
 
 
+class SelfLoopsParams(ctypes.Structure):
+    """Mirror of ``pygio_self_loops_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("index_bits", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("num_nodes", ctypes.c_int64),
+        ("nnz", ctypes.c_int64),
+        ("rowptr", ctypes.c_void_p),
+        ("col", ctypes.c_void_p),
+        ("row", ctypes.c_void_p),
+        ("edge_perm", ctypes.c_void_p),
+        ("out_rowptr", ctypes.c_void_p),
+        ("out_col", ctypes.c_void_p),
+        ("out_row", ctypes.c_void_p),
+        ("out_origin", ctypes.POINTER(ctypes.c_int64)),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class GcnNormParams(ctypes.Structure):
+    """Mirror of ``pygio_gcn_norm_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("row", ctypes.c_void_p),
+        ("weight", ctypes.c_void_p),
+        ("origin", ctypes.POINTER(ctypes.c_int64)),
+        ("deg_inv_sqrt", ctypes.c_void_p),
+        ("values", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 # Every exported entry: (argument types, return type), as in pyg_ioaware.h
 # (tests/test_native_abi.py checks the two against each other).
 _SIGNATURES = {
@@ -139,6 +177,8 @@ _SIGNATURES = {
     "pygio_spmm_run": ([ctypes.POINTER(SpmmParams)], ctypes.c_int),
     "pygio_spmm_preprocess": ([ctypes.POINTER(SpmmParams)], ctypes.c_int),
     "pygio_sddmm": ([ctypes.POINTER(SddmmParams)], ctypes.c_int),
+    "pygio_csr_add_self_loops": ([ctypes.POINTER(SelfLoopsParams)], ctypes.c_int),
+    "pygio_gcn_norm": ([ctypes.POINTER(GcnNormParams)], ctypes.c_int),
 }
 
 
@@ -306,3 +346,37 @@ def sddmm(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor, out: Tensor) -> Non
                          x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
                          out=out.data_ptr(), stream=stream_of(x))
     check(library().pygio_sddmm(ctypes.byref(params)))
+
+
+def _int64_pointer(tensor: Optional[Tensor]):
+    return None if tensor is None else ctypes.cast(tensor.data_ptr(),
+                                                   ctypes.POINTER(ctypes.c_int64))
+
+
+def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Optional[Tensor],
+                       out_rowptr: Tensor, out_col: Tensor, out_row: Tensor,
+                       out_origin: Tensor) -> None:
+    """Enqueues PyG's remaining self loops of a square CSR graph into the
+    out_* tensors (contract: pygio_csr_add_self_loops in pyg_ioaware.h)."""
+    params = SelfLoopsParams(struct_size=ctypes.sizeof(SelfLoopsParams),
+                             index_bits=index_bits(rowptr.dtype), device=rowptr.device.index,
+                             num_nodes=rowptr.numel() - 1, nnz=col.numel(),
+                             rowptr=rowptr.data_ptr(), col=col.data_ptr(), row=row.data_ptr(),
+                             edge_perm=pointer(edge_perm), out_rowptr=out_rowptr.data_ptr(),
+                             out_col=out_col.data_ptr(), out_row=out_row.data_ptr(),
+                             out_origin=_int64_pointer(out_origin), stream=stream_of(rowptr))
+    check(library().pygio_csr_add_self_loops(ctypes.byref(params)))
+
+
+def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
+             origin: Optional[Tensor], deg_inv_sqrt: Tensor, values: Tensor) -> None:
+    """Enqueues GCN's symmetric normalization of a square CSR graph into
+    ``values`` (contract: pygio_gcn_norm in pyg_ioaware.h)."""
+    num_nodes = rowptr.numel() - 1
+    params = GcnNormParams(struct_size=ctypes.sizeof(GcnNormParams),
+                           dtype=_dtype_code(values.dtype), device=rowptr.device.index,
+                           a=_csr(rowptr, col, num_nodes), row=row.data_ptr(),
+                           weight=pointer(weight), origin=_int64_pointer(origin),
+                           deg_inv_sqrt=deg_inv_sqrt.data_ptr(), values=values.data_ptr(),
+                           stream=stream_of(rowptr))
+    check(library().pygio_gcn_norm(ctypes.byref(params)))

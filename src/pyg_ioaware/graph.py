@@ -44,6 +44,8 @@ import torch
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
+from . import _native
+
 NumNodes = Union[None, int, Tuple[int, int]]
 
 INT32_LIMIT = 2**31 - 1
@@ -249,8 +251,8 @@ class Graph:
         src, dst = edge_index[0], edge_index[1]
         edge_perm = None
         if grouped:
-            row = dst.to(index_dtype)
-            col = src.to(index_dtype)
+            row = dst.to(index_dtype).contiguous()
+            col = src.to(index_dtype).contiguous()
         else:
             row, edge_perm = torch.sort(dst.to(index_dtype), stable=True)
             edge_perm = edge_perm.to(index_dtype)
@@ -302,6 +304,24 @@ class Graph:
                              f" and num_dst={self.num_dst}")
         n, num_edges, device = self.num_dst, self.num_edges, self.device
         index_dtype = _index_dtype(n, n, num_edges + n)
+        if device.type == "cuda" and _native.library() is not None \
+                and index_dtype == self.index_dtype:  # one native call instead of ~30 launches
+            rowptr = torch.empty(n + 1, dtype=index_dtype, device=device)
+            col = torch.empty(num_edges + n, dtype=index_dtype, device=device)
+            row = torch.empty_like(col)
+            origin = torch.empty(num_edges + n, dtype=torch.long, device=device)
+            _native.csr_add_self_loops(self.rowptr, self.col, self.row, self.edge_perm,
+                                       rowptr, col, row, origin)
+        else:
+            rowptr, col, row, origin = self._self_loop_structure(index_dtype)
+        looped = Graph(rowptr=rowptr, col=col, row=row, num_src=n, num_dst=n)
+        looped.state.edge_origin = origin
+        return looped
+
+    def _self_loop_structure(self, index_dtype: torch.dtype) -> Tuple[Tensor, ...]:
+        """(rowptr, col, row, edge_origin) of the self-loop graph in plain
+        torch (the reference of pygio_csr_add_self_loops)."""
+        n, num_edges, device = self.num_dst, self.num_edges, self.device
         nodes = torch.arange(n, device=device)
         rowptr = self.rowptr.long() + torch.arange(n + 1, device=device)
         # Entry e of row r moves by r + 1 (the loops of rows 0..r); loop r sits at rowptr[r].
@@ -323,11 +343,7 @@ class Graph:
         origin = torch.empty(num_edges + n, dtype=torch.long, device=device)
         origin[entry_pos] = torch.where(is_loop, DROPPED_LOOP, input_id)
         origin[loop_pos] = last_loop
-
-        looped = Graph(rowptr=rowptr.to(index_dtype), col=col, row=new_row, num_src=n,
-                       num_dst=n)
-        looped.state.edge_origin = origin
-        return looped
+        return rowptr.to(index_dtype), col, new_row, origin
 
 
 # ---------------------------------------------------------------- the cache

@@ -1,0 +1,109 @@
+// Graph-structure kernels (contracts in pyg_ioaware.h): PyG's remaining self
+// loops without a sort, and GCN's symmetric normalization of edge values.
+// Each replaces a dozen or more small torch launches on a new graph.
+#pragma once
+
+#include "graph_traits.cuh"
+
+namespace pygio {
+
+// Thread r < num_nodes: the loop of row r goes first in its row (at
+// rowptr[r] + r), marked NEW_LOOP until an input loop claims it; thread
+// r <= num_nodes writes out_rowptr[r] = rowptr[r] + r.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    self_loop_rows_kernel(const __grid_constant__ pygio_self_loops_params p) {
+  using index_t = typename Traits::index_t;
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  auto* out_rowptr = static_cast<index_t*>(p.out_rowptr);
+  auto* out_col = static_cast<index_t*>(p.out_col);
+  auto* out_row = static_cast<index_t*>(p.out_row);
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       r <= p.num_nodes; r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t start = static_cast<int64_t>(rowptr[r]) + r;
+    out_rowptr[r] = static_cast<index_t>(start);
+    if (r < p.num_nodes) {
+      out_col[start] = static_cast<index_t>(r);
+      out_row[start] = static_cast<index_t>(r);
+      p.out_origin[start] = kNewLoop;
+    }
+  }
+}
+
+// Thread e < nnz: entry e of row r moves to e + r + 1 (behind the loops of
+// rows 0..r). An input self loop stays as a DROPPED_LOOP entry and hands its
+// input edge id to the row's loop (the largest id wins, as PyG's last write).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    self_loop_entries_kernel(const __grid_constant__ pygio_self_loops_params p) {
+  using index_t = typename Traits::index_t;
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* col = static_cast<const index_t*>(p.col);
+  const auto* row = static_cast<const index_t*>(p.row);
+  const auto* edge_perm = static_cast<const index_t*>(p.edge_perm);
+  auto* out_col = static_cast<index_t*>(p.out_col);
+  auto* out_row = static_cast<index_t*>(p.out_row);
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.nnz;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const index_t r = row[e], c = col[e];
+    const int64_t pos = e + r + 1;
+    const int64_t input_id = edge_perm != nullptr ? static_cast<int64_t>(edge_perm[e]) : e;
+    out_col[pos] = c;
+    out_row[pos] = r;
+    if (c == r) {
+      p.out_origin[pos] = kDroppedLoop;
+      long long* loop_origin =
+          reinterpret_cast<long long*>(&p.out_origin[static_cast<int64_t>(rowptr[r]) + r]);
+      atomicMax(loop_origin, static_cast<long long>(input_id));
+    } else {
+      p.out_origin[pos] = input_id;
+    }
+  }
+}
+
+// Warp per row: deg(r) = sum of the row's weights (in scalar_t's
+// accumulator type) (ones where weight is
+// NULL, except DROPPED_LOOP entries of `origin`, which weigh 0);
+// deg_inv_sqrt[r] = deg^-1/2, 0 where deg = 0.
+template <typename Traits, typename scalar_t>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    gcn_degree_kernel(const __grid_constant__ pygio_gcn_norm_params p) {
+  using index_t = typename Traits::index_t;
+  using acc_t = typename DTypeTraits<scalar_t>::acc;
+  const auto* rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const auto* weight = static_cast<const acc_t*>(p.weight);
+  auto* deg_inv_sqrt = static_cast<acc_t*>(p.deg_inv_sqrt);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps_in_grid = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                   threadIdx.x / kWarpSize;
+       r < p.a.num_rows; r += warps_in_grid) {
+    acc_t deg = 0;
+    for (int64_t e = rowptr[r] + lane; e < rowptr[r + 1]; e += kWarpSize)
+      deg += weight != nullptr ? weight[e]
+                               : acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
+    deg = warp_sum(deg);
+    if (lane == 0) deg_inv_sqrt[r] = deg == acc_t(0) ? acc_t(0) : acc_t(1) / sqrt(deg);
+  }
+}
+
+// Thread per entry: values[e] = deg^-1/2(col e) * w_e * deg^-1/2(row e).
+template <typename Traits, typename scalar_t>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    gcn_values_kernel(const __grid_constant__ pygio_gcn_norm_params p) {
+  using index_t = typename Traits::index_t;
+  using acc_t = typename DTypeTraits<scalar_t>::acc;
+  const auto* col = static_cast<const index_t*>(p.a.col);
+  const auto* row = static_cast<const index_t*>(p.row);
+  const auto* weight = static_cast<const acc_t*>(p.weight);
+  const auto* deg_inv_sqrt = static_cast<const acc_t*>(p.deg_inv_sqrt);
+  auto* values = static_cast<scalar_t*>(p.values);
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.a.nnz;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const acc_t w = weight != nullptr ? weight[e]
+                                      : acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
+    values[e] = DTypeTraits<scalar_t>::store(deg_inv_sqrt[col[e]] * w * deg_inv_sqrt[row[e]]);
+  }
+}
+
+}  // namespace pygio
