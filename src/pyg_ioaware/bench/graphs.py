@@ -131,8 +131,9 @@ QUICK = ("arxiv-like", "roads-like", "tolokers-like")
 
 
 def scaled_size(name: str, scale: float = 1.0) -> Tuple[int, int]:
-    """Target (num_nodes, num_edges) of a suite graph shrunk by ``scale``; the
-    node count is exact, the edge count a target."""
+    """Target (num_nodes, num_edges) of a suite graph with its node and edge
+    counts multiplied by ``scale`` (0.1 = a tenth); the node count is exact
+    (at least MIN_NODES, a square for grids), the edge count a target."""
     spec = SUITE[name]
     num_nodes = max(MIN_NODES, round(spec.num_nodes * scale))
     if spec.square:
@@ -142,7 +143,8 @@ def scaled_size(name: str, scale: float = 1.0) -> Tuple[int, int]:
 
 def generate(name: str, scale: float = 1.0, device: torch.device | str = "cpu",
              seed: int = 0) -> Tuple[Tensor, int]:
-    """Generate a suite graph: ``(edge_index [2, E] int64, num_nodes)``."""
+    """Generate a suite graph at ``scale`` times its size (see
+    :func:`scaled_size`): ``(edge_index [2, E] int64, num_nodes)``."""
     if name not in SUITE:
         raise ValueError(f"unknown graph {name!r}; expected one of {sorted(SUITE)}")
     num_nodes, num_edges = scaled_size(name, scale)
