@@ -1,11 +1,13 @@
-"""The benchmark CLI on CPU: graph generators, the measurement, one tiny run."""
+"""The benchmark CLI on CPU: graph and mini-batch generators, the
+measurement, the bar checks, tiny runs of the CLI."""
 import json
 
 import pytest
 import torch
 
-from pyg_ioaware.bench import cases, graphs
-from pyg_ioaware.bench.cli import main
+from pyg_ioaware.bench import cases, graphs, minibatch
+from pyg_ioaware.bench.cli import CPU_SCALE, main, parse_args
+from pyg_ioaware.bench.report import check_bars, minibatch_comparisons
 from pyg_ioaware.bench.timing import measure
 
 SCALE = 0.002
@@ -76,7 +78,7 @@ def test_cli_runs_one_graph_and_writes_every_figure(tmp_path, capsys):
     out = tmp_path / "bench"
     assert main(["--graphs", "arxiv-like", "--cases", "gcn-d64", "--dtypes", "fp32",
                  "--iters", "2", "--warmup", "1", "--scale", str(SCALE), "--device", "cpu",
-                 "--out", str(out)]) == 0
+                 "--minibatch", "none", "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
 
     for key in ("device", "device_name", "torch", "torch_geometric", "pyg_ioaware", "date"):
@@ -123,7 +125,146 @@ def test_cli_runs_one_graph_and_writes_every_figure(tmp_path, capsys):
 
 
 def test_cli_rejects_unknown_names():
+    for bad in (["--graphs", "no-such-graph"], ["--cases", "no-such-case"],
+                ["--minibatch", "huge"], ["--minibatch-cases", "no-such-layer"]):
+        with pytest.raises(SystemExit):
+            main([*bad, "--device", "cpu"])
+
+
+# ------------------------------------------------------------------ --scale
+
+def test_scale_multiplies_node_and_edge_counts(capsys):
+    for name, spec in graphs.SUITE.items():
+        nodes, edges = graphs.scaled_size(name, 0.1)
+        assert edges == round(spec.num_edges * 0.1)  # a tenth
+        if not spec.square:
+            assert nodes == round(spec.num_nodes * 0.1)
+        assert abs(nodes - spec.num_nodes * 0.1) < 0.01 * spec.num_nodes
+    assert graphs.scaled_size("arxiv-like", 2.0) == (2 * 169_343, 2 * 1_166_243)
+    assert minibatch.scaled_seeds(minibatch.SIZES["medium"], 0.1) == round(1024 * 0.1)
     with pytest.raises(SystemExit):
-        main(["--graphs", "no-such-graph", "--device", "cpu"])
-    with pytest.raises(SystemExit):
-        main(["--cases", "no-such-case", "--device", "cpu"])
+        parse_args(["--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--scale SCALE multiplier on every graph's node and edge counts" in help_text
+    assert "0.1 = a tenth" in help_text and "shrink" not in help_text
+
+
+def test_cpu_defaults_unless_sizes_are_given():
+    args = parse_args(["--device", "cpu"])
+    assert args.scale == CPU_SCALE and args.graphs == list(graphs.QUICK)
+    assert args.iters < 15 and args.minibatch == ["small"]
+    args = parse_args(["--device", "cpu", "--scale", "0.5", "--graphs", "web-like",
+                       "--iters", "7", "--minibatch", "none"])
+    assert (args.scale, args.graphs, args.iters, args.minibatch) == (0.5, ["web-like"], 7, [])
+    assert args.cpu_sized == []
+
+
+# -------------------------------------------------------------- mini-batches
+
+def test_minibatch_generator_gives_sampled_subgraphs():
+    size = minibatch.SIZES["medium"]  # 1024 seeds, fanouts [15, 10], D=128
+    batches = minibatch.generate_batches(size, scale=0.1, count=2, seed=1)
+    seeds = round(1024 * 0.1)
+    for batch in batches:
+        src, dst = batch.edge_index
+        n = batch.num_nodes
+        assert batch.edge_index.dtype == torch.int64 and batch.num_seeds == seeds
+        assert int(src.min()) >= 0 and int(src.max()) < n
+        assert int(dst.min()) == 0 and int(dst.max()) < n
+        assert bool((dst.diff() >= 0).all()), "edges grouped by increasing destination"
+        assert not bool((src == dst).any()), "self loop"
+        # Seeds first: the first hop samples 15 neighbours for each seed 0..seeds-1.
+        hop1 = seeds * 15
+        assert torch.equal(dst[:hop1], torch.arange(seeds).repeat_interleave(15))
+        # Every other node is a sampled neighbour, numbered in order of first
+        # appearance after the seeds.
+        first = torch.full((n,), src.numel()).scatter_reduce(
+            0, src, torch.arange(src.numel()), "amin")[seeds:]
+        assert int(first.max()) < src.numel() and bool((first.diff() > 0).all())
+        # About 30% of sampled neighbours were already in the batch.
+        old_share = 1 - (n - seeds) / src.numel()
+        assert 0.25 < old_share < 0.35
+        # The second hop expands exactly the nodes the first one discovered.
+        new1 = int((src[:hop1] >= seeds).sum())
+        assert src.numel() == hop1 + 10 * new1
+        assert src.numel() == pytest.approx(seeds * 15 * (1 + 0.7 * 10), rel=0.05)
+        assert batch.x.shape == (n, 128) and not batch.x.requires_grad
+        assert batch.y.shape == (seeds,) and int(batch.y.max()) < minibatch.NUM_CLASSES
+    again = minibatch.generate_batches(size, scale=0.1, count=2, seed=1)
+    assert all(torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x)
+               for a, b in zip(batches, again))
+    assert not torch.equal(batches[0].edge_index[:, :100], batches[1].edge_index[:, :100])
+
+
+def test_minibatch_bars_and_ratios():
+    def row(impl, ms, status="ok"):
+        return {"batch": "small", "case": "GCNConv", "precision": "fp32", "impl": impl,
+                "step_ms": ms if status == "ok" else None, "status": status}
+
+    rows = [row("ours", 2.2), row("pyg", 4.4), row("ours-same-graph", 2.0)]
+    (comp,) = minibatch_comparisons(rows)
+    assert comp["status"] == "ok"
+    assert comp["pyg_over_ours"] == pytest.approx(2.0)
+    assert comp["new_over_same_graph"] == pytest.approx(1.1)
+    case = cases.MINIBATCH_CASES["gcn"]
+    checks = {c["check"]: c for c in check_bars([], [], rows, [case])}
+    speed = checks["GCNConv fp32 mini-batch: slowest-batch step speedup vs pyg"]
+    new = checks["GCNConv fp32 mini-batch: new graph / same graph step, worst batch"]
+    assert (speed["status"], speed["better"], speed["bar"]) == ("met", "higher", 1.3)
+    assert (new["status"], new["better"], new["bar"]) == ("met", "lower", 1.15)
+
+    rows = [row("ours", 2.4), row("pyg", None, "OOM"), row("ours-same-graph", 2.0)]
+    (comp,) = minibatch_comparisons(rows)
+    assert comp["status"] == "pyg: OOM" and comp["pyg_over_ours"] is None
+    checks = {c["check"]: c for c in check_bars([], [], rows, [case])}
+    assert checks["GCNConv fp32 mini-batch: slowest-batch step speedup vs pyg"]["status"] == "n/a"
+    assert checks["GCNConv fp32 mini-batch: new graph / same graph step, worst batch"][
+        "status"] == "NOT met"  # 1.2 > 1.15
+
+
+def test_cli_minibatch_on_cpu_prints_the_notice_first_and_writes_every_figure(tmp_path,
+                                                                              capsys):
+    if torch.cuda.is_available():
+        pytest.skip("the CPU-sized suite runs where no GPU is visible")
+    out = tmp_path / "bench"
+    assert main(["--cases", "none", "--minibatch-cases", "gcn", "--dtypes", "fp32,bf16",
+                 "--iters", "2", "--warmup", "0", "--out", str(out)]) == 0  # CPU, CPU sizes
+    printed = capsys.readouterr().out
+    first = printed.splitlines()[0]
+    assert first.startswith("No CUDA GPU is visible: running a CPU-sized suite")
+    assert "mini-batch small" in first and f"scaled by {CPU_SCALE}" in first
+
+    data = json.loads((out / "results.json").read_text())
+    assert data["meta"]["args"]["minibatch"] == ["small"]
+    assert data["results"] == [] and data["graphs"] == {}
+    mini = data["minibatch"]
+    batch = mini["batches"]["small"]
+    assert batch["seeds"] == minibatch.scaled_seeds(minibatch.SIZES["small"], CPU_SCALE)
+    assert batch["fanouts"] == [10, 5] and batch["D"] == 64 and batch["batches"] == 8
+    assert batch["num_nodes"] > batch["seeds"] and batch["num_edges"] > 0
+    assert batch["build_ms"] > 0 and batch["graph_mb"] > 0 and batch["generate_ms"] > 0
+    names = ["GCNConv"]
+    assert list(batch["first_call"]) == names
+    for call in batch["first_call"].values():
+        assert call["status"] == "ok" and call["first_call_ms"] > 0 and call["repeat_call_ms"] > 0
+
+    results = mini["results"]
+    assert [(r["case"], r["precision"], r["impl"]) for r in results] == [
+        (name, precision, impl) for name in names for precision in ("fp32", "bf16")
+        for impl in ("ours", "pyg", "ours-same-graph")]
+    assert all(r["status"] == "ok" and r["step_ms"] > 0 and r["batch"] == "small"
+               for r in results)
+    assert len(mini["comparisons"]) == 2 * len(names)
+    for comp in mini["comparisons"]:
+        assert comp["pyg_over_ours"] > 0 and comp["new_over_same_graph"] > 0
+    bars = {c["check"]: c for c in data["bars"]}
+    for name in names:
+        for precision in ("fp32", "bf16"):
+            assert bars[f"{name} {precision} mini-batch: slowest-batch step speedup vs pyg"][
+                "status"] in ("met", "NOT met")
+    assert bars["ours runs every mini-batch step (no OOM, no error)"]["status"] == "met"
+
+    assert "Training step, ms" in printed and "Mini-batch training step: PyG / ours" in printed
+    assert (out / "summary.txt").read_text().startswith("Summary:")
+    pytest.importorskip("matplotlib")
+    assert (out / "results.png").stat().st_size > 0

@@ -1,50 +1,72 @@
 """``python -m pyg_ioaware.bench``: run the suite of BENCHMARKS.md.
 
 For every graph: generate it, time the Graph build once, then for every case
-and precision time ours and each baseline in the same process. The JSON file
-is rewritten after every case, so a run cut short keeps what it measured; the
-short summary is printed last.
+and precision time ours and each baseline in the same process. Then, for
+every mini-batch size, the training step of a 2-layer model per mini-batch
+case (bench.minibatch). The JSON file is rewritten after every case, so a
+run cut short keeps what it measured; the short summary is printed last.
+Without a GPU a CPU-sized suite runs (see :func:`_default_sizes`).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import os
-import sys
 import traceback
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
 from . import graphs as suite
+from . import minibatch
 from .bandwidth import copy_bandwidth_gbs, measure_kernels
-from .cases import Case, Impl, Unsupported, Workload, select
-from .report import (OURS, check_bars, comparisons, environment, format_bandwidth,
-                     format_graphs, format_results, format_summary, plot, summarize, write_json)
+from .cases import MINIBATCH_CASES, OURS, Case, Impl, Unsupported, Workload, select
+from .plot import plot
+from .progress import Progress
+from .report import (check_bars, comparisons, environment, format_bandwidth, format_graphs,
+                     format_minibatch, format_results, format_summary, minibatch_comparisons,
+                     summarize, write_json)
 from .timing import (MB, PRECISIONS, Measurement, feature_dtype, free_memory, measure,
                      oom_message, time_once)
 
 PROTOCOL_MIN_ITERS = 15
+# The CPU-sized suite (no GPU): about a minute on 2 cores.
+CPU_SCALE = 0.05
+CPU_ITERS, CPU_WARMUP = 5, 2
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m pyg_ioaware.bench",
         description="Time pyg_ioaware layers against PyG and torch.sparse on the "
-                    "synthetic graph suite (see BENCHMARKS.md).")
+                    "synthetic graph suite (see BENCHMARKS.md). Without a GPU a "
+                    "CPU-sized suite runs (scaled-down quick graphs, fewer iterations) "
+                    "unless sizes are given explicitly.")
     p.add_argument("--graphs", default=None,
                    help=f"comma list of {', '.join(suite.SUITE)} or 'all' (default: all; "
-                        "with --quick: the three small ones)")
+                        "with --quick or on CPU: the three small ones)")
     p.add_argument("--cases", default="all",
-                   help="comma list of case keys (e.g. gcn-d512), names or families (default: all)")
+                   help="comma list of case keys (e.g. gcn-d512), names or families, "
+                        "'all' or 'none' (default: all)")
     p.add_argument("--dtypes", default="fp32,bf16",
                    help="comma list of precisions: fp32, bf16 (bf16 = torch.autocast)")
     p.add_argument("--iters", type=int, default=None,
-                   help="timed iterations (default 20, with --quick 15)")
+                   help=f"timed iterations (default 20, with --quick 15, on CPU {CPU_ITERS})")
     p.add_argument("--warmup", type=int, default=None,
-                   help="warm-up iterations (default 5, with --quick 3)")
-    p.add_argument("--scale", type=float, default=1.0,
-                   help="shrink every graph's node and edge counts by this factor")
+                   help=f"warm-up iterations (default 5, with --quick 3, on CPU {CPU_WARMUP})")
+    p.add_argument("--scale", type=float, default=None,
+                   help="multiplier on every graph's node and edge counts and on the "
+                        "mini-batch seed counts (their node and edge counts follow): 0.1 = a "
+                        f"tenth of the protocol size (default 1; on CPU {CPU_SCALE})")
+    sizes = "; ".join(f"{b.name}: {b.seeds} seeds, fanouts {list(b.fanouts)}, D={b.channels}"
+                      for b in minibatch.SIZES.values())
+    p.add_argument("--minibatch", default=None,
+                   help=f"comma list of mini-batch sizes ({sizes}), 'all' or 'none' "
+                        "(default: all; on CPU: small)")
+    p.add_argument("--minibatch-cases", default="all",
+                   help="comma list of mini-batch layers ("
+                        f"{', '.join(f'{c.key}: {c.name}' for c in MINIBATCH_CASES.values())}), "
+                        "families, 'all' or 'none' (default: all)")
     p.add_argument("--out", default="bench_results", help="output folder (default bench_results/)")
     p.add_argument("--quick", action="store_true",
                    help="arxiv-like, roads-like and tolokers-like only, fewer iterations")
@@ -52,14 +74,19 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of graphs, features and weights")
     args = p.parse_args(argv)
 
-    args.iters = args.iters if args.iters is not None else (15 if args.quick else 20)
-    args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 5)
+    args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.device.type == "cuda":
+        if not torch.cuda.is_available():
+            p.error("--device cuda: no CUDA GPU is visible")
+        if args.device.index is None:
+            args.device = torch.device("cuda", torch.cuda.current_device())
+    _default_sizes(args)
     if args.iters < 1 or args.warmup < 0:
         p.error("--iters must be >= 1 and --warmup >= 0")
     if args.scale <= 0:
         p.error("--scale must be positive")
-    names = args.graphs or ("all" if not args.quick else ",".join(suite.QUICK))
-    args.graphs = list(suite.SUITE) if names == "all" else [g.strip() for g in names.split(",")]
+    args.graphs = list(suite.SUITE) if args.graphs == "all" else [
+        g.strip() for g in args.graphs.split(",")]
     unknown = [g for g in args.graphs if g not in suite.SUITE]
     if unknown:
         p.error(f"unknown graphs {unknown}; expected {', '.join(suite.SUITE)} or 'all'")
@@ -68,60 +95,68 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error(f"--dtypes: expected a comma list of {', '.join(PRECISIONS)}")
     try:
         args.cases = select(args.cases)
+        args.minibatch_cases = select(args.minibatch_cases, MINIBATCH_CASES)
     except ValueError as error:
         p.error(str(error))
-    args.device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if args.device.type == "cuda":
-        if not torch.cuda.is_available():
-            p.error("--device cuda: no CUDA GPU is visible")
-        if args.device.index is None:
-            args.device = torch.device("cuda", torch.cuda.current_device())
+    names = {"all": ",".join(minibatch.SIZES), "none": ""}.get(args.minibatch, args.minibatch)
+    args.minibatch = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in args.minibatch if n not in minibatch.SIZES]
+    if unknown:
+        p.error(f"unknown mini-batch sizes {unknown}; expected "
+                f"{', '.join(minibatch.SIZES)}, 'all' or 'none'")
+    # Nothing to run on graphs without cases, nor on batches without layers.
+    if not args.cases:
+        args.graphs = []
+    if not args.minibatch_cases:
+        args.minibatch = []
     return args
 
 
-class Progress:
-    """A tqdm bar on a terminal, else one flushed line per step (log files)."""
+def _default_sizes(args: argparse.Namespace) -> None:
+    """Fill the sizes left unset: what was given, else the CPU-sized suite on
+    a CPU, else --quick's, else the protocol's. ``args.cpu_sized`` lists what
+    the CPU-sized suite chose (empty on a GPU), for the notice."""
+    cpu = args.device.type == "cpu"
+    chosen = []
+    if args.scale is None:
+        args.scale = CPU_SCALE if cpu else 1.0
+        if cpu:
+            chosen.append(f"sizes scaled by {CPU_SCALE}")
+    if args.graphs is None:
+        args.graphs = ",".join(suite.QUICK) if cpu or args.quick else "all"
+        if cpu:
+            chosen.append(f"graphs {args.graphs.replace(',', ', ')}")
+    if args.iters is None:
+        args.iters = CPU_ITERS if cpu else (15 if args.quick else 20)
+        if cpu:
+            chosen.append(f"{CPU_ITERS} timed iterations")
+    if args.warmup is None:
+        args.warmup = CPU_WARMUP if cpu else (3 if args.quick else 5)
+    if args.minibatch is None:
+        args.minibatch = "small" if cpu else "all"
+        if cpu:
+            chosen.append("mini-batch small")
+    args.cpu_sized = chosen
 
-    def __init__(self, total: int):
-        self.total, self.done, self.label = total, 0, ""
-        self.bar = None
-        if sys.stderr.isatty():
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=total, unit="step", dynamic_ncols=True)
-            except ImportError:
-                pass
 
-    def note(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.write(text)
-        else:
-            print(text, flush=True)
+def cpu_notice(args: argparse.Namespace) -> Optional[str]:
+    """The line printed first on a CPU: why it runs there and at what size."""
+    if args.device.type != "cpu":
+        return None
+    why = ("No CUDA GPU is visible" if not torch.cuda.is_available() else "--device cpu")
+    if not args.cpu_sized:
+        return f"{why}: running on CPU at the sizes given."
+    return (f"{why}: running a CPU-sized suite ({'; '.join(args.cpu_sized)}); "
+            f"--scale, --graphs, --iters and --minibatch choose other sizes.")
 
-    def start(self, label: str) -> None:
-        self.done += 1
-        self.label = label
-        if self.bar is not None:
-            self.bar.set_description(label)
-        else:
-            print(f"[{self.done}/{self.total}] {label} ...", flush=True)
 
-    def finish(self, m: Measurement) -> None:
-        if m.status == "ok":
-            mem = ("" if m.peak_fwd_bwd_mb is None else
-                   f", peak {m.peak_fwd_mb:.0f} / {m.peak_fwd_bwd_mb:.0f} MB")
-            text = f"fwd {m.fwd_ms:.3f} ms, bwd {m.bwd_ms:.3f} ms{mem}"
-        else:
-            text = f"{m.status}: {m.detail}"
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.write(f"{self.label}: {text}")
-        else:
-            print(f"    {text}", flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+def describe(m: Measurement) -> str:
+    """One progress line for a layer measurement."""
+    if m.status != "ok":
+        return f"{m.status}: {m.detail}"
+    mem = ("" if m.peak_fwd_bwd_mb is None else
+           f", peak {m.peak_fwd_mb:.0f} / {m.peak_fwd_bwd_mb:.0f} MB")
+    return f"fwd {m.fwd_ms:.3f} ms, bwd {m.bwd_ms:.3f} ms{mem}"
 
 
 def graph_build(edge_index: torch.Tensor, num_nodes: int) -> Dict[str, float]:
@@ -163,7 +198,7 @@ def run_case(case: Case, work: Workload, args: argparse.Namespace, progress: Pro
             m = Measurement("error", detail=f"{type(error).__name__}: {error}")
         impl = None
         free_memory(device)
-        progress.finish(m)
+        progress.finish(describe(m))
         rows.append({"impl": impl_name, **dataclasses.asdict(m)})
     return rows
 
@@ -192,19 +227,23 @@ def run_kernels(case: Case, work: Workload, copy_gbs: float, progress: Progress,
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
+    notice = cpu_notice(args)
+    if notice:
+        print(notice, flush=True)
     device = args.device
     if device.type == "cuda":
         torch.cuda.set_device(device)  # events and streams below use the current device
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "results.json")
     plot_path = os.path.join(args.out, "results.png")
+    sizes = [minibatch.SIZES[n] for n in args.minibatch]
 
     env = environment(device)
     deviations = []
     if device.type != "cuda":
         deviations.append(f"device is {device.type} (the protocol times CUDA GPUs)")
     if args.scale != 1.0:
-        deviations.append(f"graphs scaled by {args.scale}")
+        deviations.append(f"graphs and mini-batches scaled by {args.scale}")
     if args.iters < PROTOCOL_MIN_ITERS:
         deviations.append(f"{args.iters} timed iterations (protocol: >= {PROTOCOL_MIN_ITERS})")
     if device.type == "cuda" and not env["native_library"]:
@@ -213,15 +252,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "meta": {**env, "args": {
             "graphs": args.graphs, "cases": [c.key for c in args.cases], "dtypes": args.dtypes,
             "iters": args.iters, "warmup": args.warmup, "scale": args.scale, "seed": args.seed,
-            "quick": args.quick}, "protocol_deviations": deviations},
+            "quick": args.quick, "minibatch": [b.name for b in sizes],
+            "minibatch_cases": [c.key for c in args.minibatch_cases]},
+            "protocol_deviations": deviations},
         "kernel_bandwidth": {"model": "; ".join(dict.fromkeys(
                                  c.bytes_model for c in args.cases if c.bytes_model)),
                              "copy_gbs": copy_bandwidth_gbs(device), "rows": []},
         "graphs": {},
         "results": [],
+        "minibatch": {"batches": {}, "results": [], "comparisons": []},
     }
     rows: List[Dict[str, object]] = payload["results"]
-    total = len(args.graphs) * len(args.dtypes) * sum(1 + len(c.baselines) for c in args.cases)
+    total = (len(args.graphs) * len(args.dtypes) * sum(1 + len(c.baselines) for c in args.cases) +
+             len(sizes) * len(args.minibatch_cases) * len(args.dtypes) * len(minibatch.VARIANTS))
     progress = Progress(total)
     for graph_name in args.graphs:
         ms, (edge_index, num_nodes) = time_once(
@@ -244,23 +287,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     bandwidth["rows"].append({"graph": graph_name, "case": case.name,
                                               "precision": precision, **row})
                 free_memory(device)
-                _save(json_path, payload, args.cases)
+                _save(json_path, payload, args)
         del edge_index
         free_memory(device)
+    for size in sizes:
+        info, steps = minibatch.run_size(size, args.minibatch_cases, args.dtypes, args, progress)
+        payload["minibatch"]["batches"][size.name] = info
+        payload["minibatch"]["results"] += steps
+        _save(json_path, payload, args)
     progress.close()
 
-    _save(json_path, payload, args.cases)
+    _save(json_path, payload, args)
+    for table, shown in ((format_graphs(payload["graphs"]), args.graphs),
+                         (format_results(rows), args.graphs),
+                         (format_minibatch(payload["minibatch"]), sizes)):
+        if shown:
+            print()
+            print(table)
     print()
-    print(format_graphs(payload["graphs"]))
-    print()
-    print(format_results(rows))
-    print()
-    print(plot(rows, plot_path))
+    print(plot(rows, plot_path, payload["minibatch"]["comparisons"]))
     print(f"results written to {json_path}")
     for deviation in deviations:
         print(f"note: not a protocol run: {deviation}")
-    summary = (format_summary(payload["summary"], payload["bars"]) + "\n\n" +
-               format_bandwidth(payload["kernel_bandwidth"]))
+    summary = format_summary(payload["summary"], payload["bars"],
+                             payload["minibatch"]["comparisons"])
+    if payload["kernel_bandwidth"]["rows"]:
+        summary += "\n\n" + format_bandwidth(payload["kernel_bandwidth"])
     with open(os.path.join(args.out, "summary.txt"), "w") as f:
         f.write(summary + "\n")
     print()
@@ -268,9 +320,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def _save(path: str, payload: Dict[str, object], cases: List[Case]) -> None:
+def _save(path: str, payload: Dict[str, object], args: argparse.Namespace) -> None:
     """Recompute the ratios, summary and bar from the rows so far; write."""
     rows = payload["results"]
+    mini = payload["minibatch"]
+    mini["comparisons"] = minibatch_comparisons(mini["results"])
     payload.update(comparisons=comparisons(rows), summary=summarize(rows),
-                   bars=check_bars(rows, cases))
+                   bars=check_bars(rows, args.cases, mini["results"],
+                                   args.minibatch_cases if args.minibatch else []))
     write_json(path, payload)

@@ -12,13 +12,13 @@ import math
 import os
 import platform
 from importlib import metadata
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import torch
 
-from .cases import Case
+from .cases import OURS, Case, MinibatchCase
+from .minibatch import OURS_SAME_GRAPH, PYG
 
-OURS = "ours"
 Row = Dict[str, object]
 
 
@@ -120,21 +120,54 @@ def summarize(rows: Sequence[Row]) -> List[Row]:
     return summary
 
 
-def _verdict(value: Optional[float], bar: float) -> str:
+def minibatch_comparisons(rows: Iterable[Row]) -> List[Row]:
+    """Per mini-batch size, case and precision: the three step times and
+    ``pyg_over_ours`` (PyG's step ms / ours, with a new graph every step) and
+    ``new_over_same_graph`` (ours with a new graph / ours with the graph
+    reused). A ratio is None where one of its steps did not run; ``status``
+    is "ok" when all three ran, else which did not."""
+    groups: Dict[tuple, Dict[str, Row]] = {}
+    for row in rows:
+        groups.setdefault((row["batch"], row["case"], row["precision"]), {})[row["impl"]] = row
+    out = []
+    for (batch, case, precision), impls in groups.items():
+        ms = {impl: (r["step_ms"] if r["status"] == "ok" else None) for impl, r in impls.items()}
+        ours, pyg, same = ms.get(OURS), ms.get(PYG), ms.get(OURS_SAME_GRAPH)
+        missing = [f"{impl}: {r['status']}" for impl, r in impls.items() if r["status"] != "ok"]
+        out.append({"batch": batch, "case": case, "precision": precision,
+                    "status": "; ".join(missing) or "ok",
+                    "ours_ms": ours, "pyg_ms": pyg, "same_graph_ms": same,
+                    "pyg_over_ours": _ratio(pyg, ours),
+                    "new_over_same_graph": _ratio(ours, same)})
+    return out
+
+
+def _verdict(value: Optional[float], bar: float, better: str) -> str:
     if value is None:
         return "n/a"
-    return "met" if value >= bar else "NOT met"
+    return "met" if (value >= bar if better == "higher" else value <= bar) else "NOT met"
 
 
-def check_bars(rows: Sequence[Row], cases: Sequence[Case]) -> List[Row]:
+def check_bars(rows: Sequence[Row], cases: Sequence[Case],
+               minibatch_rows: Sequence[Row] = (),
+               minibatch_cases: Sequence[MinibatchCase] = ()) -> List[Row]:
     """Every bar of BENCHMARKS.md that applies to the cases run: one entry per
-    check, with status "met", "NOT met" or "n/a" (no data to decide)."""
+    check, with status "met", "NOT met" or "n/a" (no data to decide) and
+    ``better``: "higher" (value >= bar) or "lower" (value <= bar)."""
     checks: List[Row] = []
 
-    def add(what: str, value: Optional[float], bar: float, detail: str = "") -> None:
-        checks.append({"check": what, "value": value, "bar": bar,
-                       "status": _verdict(value, bar), "detail": detail})
+    def add(what: str, value: Optional[float], bar: float, detail: str = "",
+            better: str = "higher") -> None:
+        checks.append({"check": what, "value": value, "bar": bar, "better": better,
+                       "status": _verdict(value, bar, better), "detail": detail})
 
+    _layer_checks(rows, cases, add)
+    if minibatch_cases:
+        _minibatch_checks(minibatch_rows, minibatch_cases, add)
+    return checks
+
+
+def _layer_checks(rows: Sequence[Row], cases: Sequence[Case], add: Callable) -> None:
     comps = comparisons(rows)
     summary = {(s["case"], s["precision"], s["baseline"]): s for s in summarize(rows)}
     ours_rows = [r for r in rows if r["impl"] == OURS]
@@ -176,11 +209,35 @@ def check_bars(rows: Sequence[Row], cases: Sequence[Case]) -> List[Row]:
 
     failed = [f"{r['graph']} {r['case']} {r['precision']}: {r['status']}"
               for r in ours_rows if r["status"] != "ok"]
-    checks.append({"check": "ours runs on every graph (no OOM, no error)", "value": len(failed),
-                   "bar": 0,
-                   "status": "NOT met" if failed else ("met" if ours_rows else "n/a"),
-                   "detail": "; ".join(failed)})
-    return checks
+    add("ours runs on every graph (no OOM, no error)", len(failed) if ours_rows else None, 0,
+        "; ".join(failed), better="lower")
+
+
+def _minibatch_checks(rows: Sequence[Row], cases: Sequence[MinibatchCase],
+                      add: Callable) -> None:
+    """Per case and precision, the worst batch size: step speedup against PyG
+    (at least the bar) and new graph over same graph (at most the bar)."""
+    comps = minibatch_comparisons(rows)
+    for case in cases:
+        mine = [c for c in comps if c["case"] == case.name]
+        for precision in dict.fromkeys(c["precision"] for c in mine):
+            these = [c for c in mine if c["precision"] == precision]
+            where = f"{case.name} {precision} mini-batch"
+            for key, label, pick, threshold, better in (
+                    ("pyg_over_ours", "slowest-batch step speedup vs pyg", min,
+                     case.bar.speedup, "higher"),
+                    ("new_over_same_graph", "new graph / same graph step, worst batch", max,
+                     case.bar.new_graph, "lower")):
+                ran = [c for c in these if c[key] is not None]
+                worst = pick(ran, key=lambda c: c[key], default=None)
+                add(f"{where}: {label}", worst[key] if worst else None, threshold,
+                    f"worst: {worst['batch']}, over {len(ran)} batches" if worst else
+                    "no batch ran", better)
+    ours = [r for r in rows if r["impl"] in (OURS, OURS_SAME_GRAPH)]
+    failed = [f"{r['batch']} {r['case']} {r['precision']} {r['impl']}: {r['status']}"
+              for r in ours if r["status"] != "ok"]
+    add("ours runs every mini-batch step (no OOM, no error)", len(failed) if ours else None, 0,
+        "; ".join(failed), better="lower")
 
 
 # ------------------------------------------------------------------ tables
@@ -225,18 +282,51 @@ def format_graphs(graphs: Dict[str, Row]) -> str:
     return _table(["graph", "nodes", "edges", "generate ms", "Graph build ms", "Graph MB"], lines)
 
 
-def format_summary(summary: Sequence[Row], checks: Sequence[Row]) -> str:
-    """The short summary printed last: geometric means, then the bar."""
+def format_minibatch(minibatch: Dict[str, object]) -> str:
+    """The mini-batch cases: the batches (shape, Graph build, first call of
+    one layer), then the training step per case, precision and variant."""
+    sizes = [[name, str(b["seeds"]), str(b["fanouts"]), str(b["D"]), f"{b['num_nodes']:,.0f}",
+              f"{b['num_edges']:,.0f}", _fmt(b["build_ms"]), _fmt(b["graph_mb"], digits=1)]
+             for name, b in minibatch["batches"].items()]
+    calls = [[name, case, _fmt(c.get("first_call_ms")) if c["status"] == "ok" else c["status"],
+              _fmt(c.get("repeat_call_ms"))]
+             for name, b in minibatch["batches"].items() for case, c in b["first_call"].items()]
+    steps = [[c["batch"], c["case"], c["precision"], _fmt(c["ours_ms"]), _fmt(c["pyg_ms"]),
+              _fmt(c["same_graph_ms"]), _fmt(c["pyg_over_ours"], "x"),
+              _fmt(c["new_over_same_graph"], "x"), "" if c["status"] == "ok" else c["status"]]
+             for c in minibatch["comparisons"]]
+    return "\n".join([
+        "Mini-batches (means over the batches; Graph build: median, fresh edge_index)",
+        _table(["batch", "seeds", "fanouts", "D", "nodes", "edges", "Graph build ms",
+                "Graph MB"], sizes), "",
+        "One layer conv(D, D) fp32 fwd+bwd: first call on a fresh graph, then repeated",
+        _table(["batch", "case", "first call ms", "repeated ms"], calls), "",
+        "Training step, ms (ours and pyg: a new edge_index every step; same graph: ours "
+        "with the batches' own edge_index)",
+        _table(["batch", "case", "dtype", "ours", "pyg", "ours same graph", "pyg / ours",
+                "new / same graph", "not run"], steps)])
+
+
+def format_summary(summary: Sequence[Row], checks: Sequence[Row],
+                   minibatch: Sequence[Row] = ()) -> str:
+    """The short summary printed last: geometric means, the mini-batch step
+    ratios, then the bar."""
     lines = [[s["case"], s["precision"], s["baseline"], str(len(s["graphs"])),
               _fmt(s["fwd_speedup"], "x"), _fmt(s["bwd_speedup"], "x"), _fmt(s["mem_ratio"], "x"),
               ", ".join(f"{g}: {st}" for g, st in s["not_run"].items())] for s in summary]
     text = ["Summary: ours vs baseline, geometric mean over the graphs both ran",
-            _table(["case", "dtype", "vs", "graphs", "fwd", "bwd", "memory", "not run"], lines),
-            "", "The bar (BENCHMARKS.md):"]
+            _table(["case", "dtype", "vs", "graphs", "fwd", "bwd", "memory", "not run"], lines)]
+    if minibatch:
+        lines = [[c["batch"], c["case"], c["precision"], _fmt(c["pyg_over_ours"], "x"),
+                  _fmt(c["new_over_same_graph"], "x")] for c in minibatch]
+        text += ["", "Mini-batch training step: PyG / ours, ours new graph / same graph",
+                 _table(["batch", "case", "dtype", "pyg / ours", "new / same graph"], lines)]
+    text += ["", "The bar (BENCHMARKS.md):"]
     for c in checks:
         value = c["value"] if isinstance(c["value"], int) else _fmt(c["value"], "x")
         detail = f"  ({c['detail']})" if c["detail"] else ""
-        text.append(f"  [{c['status']:>7}] {c['check']}: {value} (bar {c['bar']}){detail}")
+        bar = f"{'>=' if c['better'] == 'higher' else '<='} {c['bar']}"
+        text.append(f"  [{c['status']:>7}] {c['check']}: {value} (bar {bar}){detail}")
     return "\n".join(text)
 
 
@@ -253,64 +343,3 @@ def format_bandwidth(bandwidth: Dict[str, object]) -> str:
              f"device copy {bandwidth['copy_gbs']:.0f} GB/s read+write)")
     return "\n".join([title, _table(["graph", "case", "dtype", "kernel", "ms", "GB/s",
                                       "of copy"], lines)])
-
-
-# -------------------------------------------------------------------- plot
-
-def plot(rows: Sequence[Row], path: str) -> str:
-    """Speedup and memory ratio per graph, one row of panels per case and
-    precision, saved as PNG. Returns a line saying what was done."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot"
-    comps = comparisons(rows)
-    panels = list(dict.fromkeys((c["case"], c["precision"]) for c in comps))
-    if not panels:
-        return "nothing to plot"
-    fig, axes = plt.subplots(len(panels), 2, figsize=(13, 3.4 * len(panels)), squeeze=False)
-    for (case, precision), (ax_speed, ax_mem) in zip(panels, axes):
-        mine = [c for c in comps if (c["case"], c["precision"]) == (case, precision)]
-        graphs = list(dict.fromkeys(c["graph"] for c in mine))
-        baselines = list(dict.fromkeys(c["baseline"] for c in mine))
-        lookup = {(c["graph"], c["baseline"]): c for c in mine}
-        _bars(ax_speed, graphs, lookup, [(b, k) for b in baselines
-                                         for k in ("fwd_speedup", "bwd_speedup")])
-        _bars(ax_mem, graphs, lookup, [(b, "mem_ratio") for b in baselines])
-        ax_speed.set_title(f"{case} {precision}: speedup of ours")
-        ax_mem.set_title(f"{case} {precision}: memory ratio (baseline / ours)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return f"plot written to {path}"
-
-
-def _bars(ax, graphs: List[str], lookup: Dict[tuple, Row], series: List[tuple]) -> None:
-    """Grouped bars (one group per graph, one bar per series); a missing value
-    is labelled with its status (OOM, unsupported, n/a on CPU)."""
-    from matplotlib.ticker import FuncFormatter
-
-    width = 0.8 / len(series)
-    plotted = False
-    for k, (baseline, key) in enumerate(series):
-        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(graphs))]
-        values = [lookup.get((g, baseline), {}).get(key) for g in graphs]
-        ax.bar(xs, [math.nan if v is None else v for v in values], width,
-               label=f"vs {baseline} {key.split('_')[0]}")
-        plotted = plotted or any(v is not None for v in values)
-        for x, v, g in zip(xs, values, graphs):
-            if v is None:
-                status = lookup.get((g, baseline), {}).get("status", "")
-                ax.text(x, 0.02, status if status != "ok" else "n/a", rotation=90,
-                        ha="center", va="bottom", fontsize=7, transform=ax.get_xaxis_transform())
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-    if not plotted:
-        ax.set_ylim(0.5, 2.0)
-    ax.set_xlim(-0.5, len(graphs) - 0.5)
-    ax.set_xticks(range(len(graphs)), graphs, rotation=20, fontsize=8)
-    ax.legend(fontsize=7)

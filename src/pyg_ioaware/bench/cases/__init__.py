@@ -5,10 +5,15 @@ and precision; every builder returns an :class:`Impl` whose ``step(x)`` runs
 the forward with the module already set up. Baselines receive our Impl so
 they can copy its weights.
 
+A :class:`MinibatchCase` names one layer for the mini-batch cases
+(bench.minibatch): builders of our layer and of PyG's, from which the
+2-layer model is made.
+
 Each kernel family lives in its own module (``spmm`` today; ``reduce`` and
-``attention`` later) and registers its cases there, with their bars and the
-bytes model of its aggregation kernels. Importing this package imports every
-family module, so :data:`CASES` is complete and the CLI picks them up.
+``attention`` later) and registers its layer cases and mini-batch cases
+there, with their bars and the bytes model of its aggregation kernels.
+Importing this package imports every family module, so :data:`CASES` and
+:data:`MINIBATCH_CASES` are complete and the CLI picks them up.
 """
 from __future__ import annotations
 
@@ -19,6 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from ..bandwidth import Kernel
+
+# The implementation name of ours in every result row; baselines go by theirs.
+OURS = "ours"
 
 # Under bf16 autocast a case is at least this much faster than our own fp32
 # (BENCHMARKS.md; a family opts in through Case.bf16_over_fp32).
@@ -101,15 +109,45 @@ class Case:
     bytes_model: Optional[str] = None
 
 
+# A layer builder for the mini-batch cases: (in_channels, out_channels) -> a
+# module called as ``layer(x, edge_index)``.
+LayerBuilder = Callable[[int, int], nn.Module]
+
+
+@dataclass(frozen=True)
+class MinibatchBar:
+    """The mini-batch bar: our training step at least ``speedup`` times as
+    fast as PyG's, and with a new graph every step at most ``new_graph``
+    times our own step with the graph reused."""
+    speedup: float = 1.3
+    new_graph: float = 1.15
+
+
+@dataclass(frozen=True)
+class MinibatchCase:
+    """One layer in the mini-batch cases (bench.minibatch builds the 2-layer
+    model and times its training step): ``make_ours`` and ``make_pyg`` build
+    our layer and PyG's, with interchangeable state_dicts."""
+    key: str
+    name: str
+    family: str
+    make_ours: LayerBuilder
+    make_pyg: LayerBuilder
+    bar: MinibatchBar = MinibatchBar()
+
+
 CASES: Dict[str, Case] = {}
+MINIBATCH_CASES: Dict[str, MinibatchCase] = {}
 
-C = TypeVar("C")
+C = TypeVar("C", Case, MinibatchCase)
 
 
-def register(case: Case) -> Case:
-    if case.key in CASES:
+def register(case: C) -> C:
+    """Add a layer case to CASES, a mini-batch case to MINIBATCH_CASES."""
+    registry = MINIBATCH_CASES if isinstance(case, MinibatchCase) else CASES
+    if case.key in registry:
         raise ValueError(f"case {case.key!r} is registered twice")
-    CASES[case.key] = case
+    registry[case.key] = case
     return case
 
 

@@ -1,4 +1,6 @@
-"""The SpMM family's cases: GCNConv against PyG's layer and torch.sparse.
+"""The SpMM family's cases: GCNConv against PyG's layer and torch.sparse,
+and GCNConv (with its defaults and without self loops) in the mini-batch
+cases.
 
 Also the family's bytes model for the aggregation kernels alone and its
 bars (BENCHMARKS.md): GCNConv's fp32 layer time is dominated by the X W
@@ -15,7 +17,8 @@ from torch import Tensor, nn
 
 from ..bandwidth import Kernel
 from ..timing import feature_dtype
-from . import BF16_OVER_FP32, Bar, Case, Impl, Unsupported, Workload, register
+from . import (BF16_OVER_FP32, Bar, Case, Impl, LayerBuilder, MinibatchCase, Unsupported,
+               Workload, register)
 
 # Useful bytes of an aggregation kernel (see minimal_bytes), for the report.
 BYTES_MODEL = "(nnz + num_out) * width * element size"
@@ -147,3 +150,24 @@ for _d in (64, 512):
         no_slower_than=("torch.sparse",), bf16_over_fp32=BF16_OVER_FP32,
         make_kernels=_gcn_kernels(_d), bytes_model=BYTES_MODEL))
 del _d
+
+
+# ------------------------------------------------------- mini-batch cases
+
+def _gcn_layer(pyg: bool, **options) -> LayerBuilder:
+    """Builder of our GCNConv or PyG's, with constructor ``options``."""
+    def make(in_channels: int, out_channels: int) -> nn.Module:
+        if pyg:
+            from torch_geometric.nn import GCNConv
+        else:
+            from pyg_ioaware.nn import GCNConv
+        return GCNConv(in_channels, out_channels, **options)
+
+    return make
+
+
+register(MinibatchCase(key="gcn", name="GCNConv", family="spmm",
+                       make_ours=_gcn_layer(False), make_pyg=_gcn_layer(True)))
+register(MinibatchCase(key="gcn-no-loops", name="GCNConv add_self_loops=False", family="spmm",
+                       make_ours=_gcn_layer(False, add_self_loops=False),
+                       make_pyg=_gcn_layer(True, add_self_loops=False)))
