@@ -15,7 +15,9 @@
 #   native   the native library loads and torch sees a GPU (else CUDA tests would skip)
 #   tests    python -m pytest -q tests $TEST_ARGS (CPU and CUDA tests) -> OUTDIR/tests.log
 #   memcheck compute-sanitizer $SANITIZER_FLAGS python -m pytest -q tests -m cuda
-#            -k "$SANITIZER_TESTS" (default "sanitizer or small")    -> OUTDIR/memcheck.log
+#            -k "$SANITIZER_TESTS" (default: the small sanitizer tests, the
+#            property test's fp32 and bf16 GPU sample, both index widths)
+#                                                                  -> OUTDIR/memcheck.log
 #            (CUDA-graph capture tests cannot run here: without torch's caching
 #            allocator every allocation is a cudaMalloc, forbidden while capturing)
 #   bench    python -m pyg_ioaware.bench --out OUTDIR/bench $BENCH_ARGS
@@ -36,7 +38,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 STAGES=${STAGES:-"tests memcheck bench"}
-SANITIZER_TESTS=${SANITIZER_TESTS:-"sanitizer or small"}
+SANITIZER_TESTS=${SANITIZER_TESTS:-"sanitizer or small or (property_sample and (fp32 or bf16)) or native_self_loops"}
 # API errors are not reported: torch itself makes CUDA calls that fail on
 # purpose (probing), which would read as errors. Kernel memory errors are.
 SANITIZER_FLAGS=${SANITIZER_FLAGS:-"--tool memcheck --error-exitcode 86 --report-api-errors no"}

@@ -95,10 +95,11 @@ def test_cpu_half_types(dtype):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("index_width", [32, 64])
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "fp64", "fp16", "bf16"])
 @pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS])
-def test_cuda_sanitizer_property_sample(name, dtype, index_width, monkeypatch):
-    """The GPU sample (gpu_check.sh runs it under compute-sanitizer)."""
+def test_cuda_property_sample(name, dtype, index_width, monkeypatch):
+    """The GPU sample; gpu_check.sh runs its fp32 and bf16 cases under
+    compute-sanitizer."""
     if index_width == 64:
         monkeypatch.setenv(ENV_FORCE_INT64, "1")
     for mode in MODES:
