@@ -10,6 +10,7 @@ before any device work, so none of this needs a GPU.
 import ctypes
 import pathlib
 import re
+import threading
 
 import pytest
 import torch
@@ -254,3 +255,135 @@ def test_spmm_calls_need_a_plan():
     status, message = _call("pygio_spmm_run", _params("pygio_spmm_params"))
     assert status == PYGIO_ERR_INVALID_ARGUMENT and "plan must not be NULL" in message
     _native.library().pygio_spmm_plan_destroy(None)  # a no-op
+
+
+# ------------------------------------------------------ the wrappers on a GPU
+ALG2 = 6  # CUSPARSE_SPMM_CSR_ALG2, the package's default algorithm
+# Against a float64 reference: fp32 accumulation, output rounded to dtype.
+TOLERANCE = {torch.float64: dict(rtol=1e-10, atol=1e-10),
+             torch.float32: dict(rtol=1e-5, atol=1e-5),
+             torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}
+
+
+def _random_csr(rows: int, cols: int, nnz: int, index_dtype: torch.dtype, device):
+    """(rowptr, col, row) of a random CSR with duplicates and empty rows."""
+    gen = torch.Generator().manual_seed(rows * 1000 + nnz)
+    row = torch.randint(0, rows, (nnz,), generator=gen).sort().values
+    col = torch.randint(0, cols, (nnz,), generator=gen)
+    rowptr = torch.zeros(rows + 1, dtype=torch.int64)
+    rowptr[1:] = torch.bincount(row, minlength=rows).cumsum(0)
+    return rowptr.to(device, index_dtype), col.to(device, index_dtype), row.to(device)
+
+
+def _row_strided(rows: int, width: int, dtype: torch.dtype, device, fill=None):
+    """A [rows, width] view of a wider tensor (row stride width + 3), random
+    or ``fill`` everywhere, the padding included."""
+    full = torch.empty(rows, width + 3, dtype=dtype, device=device)
+    full.normal_() if fill is None else full.fill_(fill)
+    return full[:, :width]
+
+
+def _padding_untouched(out: torch.Tensor) -> bool:
+    """The 3 padding columns beyond each row of a _row_strided NaN tensor."""
+    padding = out.as_strided((out.size(0), 3), (out.stride(0), 1), out.size(1))
+    return bool(padding.isnan().all())
+
+
+@pytest.mark.cuda
+@needs_library
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_spmm_on_row_strided_tensors(index_dtype, dtype, transpose):
+    _native.load_cusparse()
+    rows, cols, width, device = 37, 29, 13, torch.device("cuda")
+    rowptr, col, row = _random_csr(rows, cols, 150, index_dtype, device)
+    values = torch.randn(col.numel(), dtype=dtype, device=device)
+    dense = torch.zeros(rows, cols, dtype=torch.float64, device=device)
+    dense.index_put_((row, col.long()), values.double(), accumulate=True)
+    if transpose:
+        dense = dense.t()
+    nan = float("nan")
+    handle = _native.spmm_plan_create(rowptr, col, cols, width, dtype, transpose, ALG2)
+    try:  # strided, then contiguous: a new row stride on the same plan
+        for x, out in ((_row_strided(dense.size(1), width, dtype, device),
+                        _row_strided(dense.size(0), width, dtype, device, fill=nan)),
+                       (torch.randn(dense.size(1), width, dtype=dtype, device=device),
+                        torch.full((dense.size(0), width), nan, dtype=dtype, device=device))):
+            size = _native.spmm_workspace_size(handle, values, x, out)
+            workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
+            _native.spmm_run(handle, values, x, out, workspace)
+            torch.testing.assert_close(out.double(), dense @ x.double(), **TOLERANCE[dtype])
+            assert out.is_contiguous() or _padding_untouched(out)
+    finally:
+        _native.spmm_plan_destroy(handle)
+
+
+@pytest.mark.cuda
+@needs_library
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("width", [0, 1, 45])
+def test_sddmm_on_row_strided_tensors(index_dtype, dtype, width):
+    rows, cols, device = 41, 23, torch.device("cuda")
+    rowptr, col, row = _random_csr(rows, cols, 170, index_dtype, device)
+    g = _row_strided(rows, width, dtype, device)
+    x = _row_strided(cols, width, dtype, device)
+    out = torch.full((col.numel(),), float("nan"), dtype=dtype, device=device)
+    _native.sddmm(rowptr, col, g, x, out)
+    ref = (g.double()[row] * x.double()[col.long()]).sum(-1)
+    torch.testing.assert_close(out.double(), ref, **TOLERANCE[dtype])
+
+
+def _current_context():
+    """The CUDA driver's current context on this thread (None: none)."""
+    context = ctypes.c_void_p()
+    assert ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent(ctypes.byref(context)) == 0
+    return context.value
+
+
+@pytest.mark.cuda
+@needs_library
+def test_entries_restore_the_callers_context():
+    """On the last GPU, from a thread with device 0 current and from a fresh
+    thread with no context at all: the context is the caller's afterwards."""
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    rowptr, col, _ = _random_csr(30, 30, 90, torch.int32, device)
+    x = torch.randn(30, 8, device=device)
+    out = torch.empty(col.numel(), device=device)
+    params = _params("pygio_sddmm_params", dtype=_native.DTYPE_CODES[x.dtype],
+                     device=device.index, a=_native._csr(rowptr, col, 30), width=8,
+                     g=x.data_ptr(), g_row_stride=8, x=x.data_ptr(), x_row_stride=8,
+                     out=out.data_ptr(), stream=_native.stream_of(x))
+    torch.cuda.set_device(0)
+    seen = {}
+
+    def call(key):
+        before = _current_context()
+        seen[key] = (before, _call("pygio_sddmm", params), _current_context())
+
+    call("torch thread")
+    thread = threading.Thread(target=call, args=("fresh thread",))
+    thread.start()
+    thread.join()
+    torch.cuda.synchronize(device)
+    assert seen["fresh thread"][0] is None
+    for before, result, after in seen.values():
+        assert result == (0, "")
+        assert after == before
+    assert torch.cuda.current_device() == 0
+    torch.testing.assert_close(out, (x[torch.repeat_interleave(rowptr.diff().long())]
+                                     * x[col.long()]).sum(-1))
+
+
+@pytest.mark.cuda
+@needs_library
+def test_spmm_plan_refuses_more_entries_than_rows_times_cols():
+    _native.load_cusparse()
+    device = torch.device("cuda")
+    rowptr = torch.tensor([0, 2, 4], dtype=torch.int32, device=device)
+    col = torch.tensor([0, 0, 0, 0], dtype=torch.int32, device=device)
+    with pytest.raises(_native.NativeError, match="at most num_rows x num_cols"):
+        _native.spmm_plan_create(rowptr, col, 1, 4, torch.float32, False, ALG2)
+    handle = _native.spmm_plan_create(rowptr, col, 2, 4, torch.float32, False, ALG2)
+    _native.spmm_plan_destroy(handle)  # 4 entries in 2 x 2: accepted

@@ -154,6 +154,16 @@ int pygio_spmm_plan_create(const pygio_spmm_plan_params* params, pygio_spmm_plan
   PYGIO_CHECK_ARG(p.a.num_rows > 0 && p.a.num_cols > 0 && p.a.nnz > 0 && p.width > 0,
                   entry_message(__func__, "a plan needs a non-empty matrix and width "
                                           "(callers handle empty problems)"));
+  // cusparseCreateCsr refuses more entries than rows x cols ("invalid
+  // value"), which only duplicate entries make possible. Written so that
+  // rows x cols cannot overflow.
+  if ((p.a.nnz - 1) / p.a.num_rows >= p.a.num_cols)
+    return fail(PYGIO_ERR_UNSUPPORTED,
+                entry_message(__func__, "cuSPARSE takes at most num_rows x num_cols entries; "
+                                        "this matrix has " + std::to_string(p.a.nnz) +
+                                        " entries in " + std::to_string(p.a.num_rows) + " x " +
+                                        std::to_string(p.a.num_cols) +
+                                        " (duplicates): run it another way"));
   PYGIO_CHECK_ARG(p.transpose == 0 || p.transpose == 1,
                   entry_message(__func__, "transpose must be 0 or 1"));
   PYGIO_CHECK_ARG(p.device >= 0, entry_message(__func__, "device must be non-negative"));
