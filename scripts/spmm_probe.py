@@ -181,17 +181,17 @@ def profile_host(calls: int = 500) -> None:
 def print_summary(rows: list[dict]) -> None:
     """One line per graph, width and dtype: ms of ours, of each backend
     (forward), of torch.sparse, and of the backward variants."""
-    def ms(value) -> str:
-        return f"{value:8.3f}" if isinstance(value, float) else "     n/a"
+    def ms(value, width: int = 8) -> str:
+        return f"{value:{width}.3f}" if isinstance(value, float) else f"{'n/a':>{width}s}"
     backends = [b.name for b in tuning.backends(FAMILY)]
-    print("\ngraph          width dtype        ours picked          " +
-          "".join(f"{name[-8:]:>9s}" for name in backends) +
+    print("\ngraph          width dtype        ours picked         " +
+          "".join(f" {name:>13s}" for name in backends) +
           " torch.sp | bwd: mat   transp torch.sp")
     for r in rows:
         forward = r["forward"]
         print(f"{r['graph']:14s} {r['width']:5d} {r['dtype']:8s} {ms(r['ours'])} "
-              f"{r['picked_forward']:15s} " +
-              "".join(f" {ms(forward.get(name))}" for name in backends) +
+              f"{r['picked_forward']:14s}" +
+              "".join(f" {ms(forward.get(name), 13)}" for name in backends) +
               f" {ms(r.get('torch.sparse'))} | {ms(r['ours_bwd_materialized'])} "
               f"{ms(r['ours_bwd_transpose'])} {ms(r.get('torch.sparse_bwd'))}")
 
