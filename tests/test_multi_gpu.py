@@ -13,9 +13,13 @@ from pyg_ioaware.nn import GCNConv
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
 
 
-def train(device, edge_index, x, steps, results, key):
-    torch.manual_seed(0)
-    conv1, conv2 = GCNConv(x.size(1), 32).to(device), GCNConv(32, 8).to(device)
+def make_model(device, in_channels):
+    torch.manual_seed(0)  # process-wide: models are built before any thread starts
+    return GCNConv(in_channels, 32).to(device), GCNConv(32, 8).to(device)
+
+
+def train(model, device, edge_index, x, steps, results, key):
+    conv1, conv2 = model
     optimizer = torch.optim.SGD(list(conv1.parameters()) + list(conv2.parameters()), lr=0.1)
     ei, xx = edge_index.to(device), x.to(device)
     losses = []
@@ -36,9 +40,11 @@ def test_two_models_on_two_gpus_at_once():
     edge_index = random_graph(3000, 3000, 30000, seed=31, hub_degree=5000)
     x = torch.randn(3000, 48)
     alone = {}
-    train("cuda:0", edge_index, x, 6, alone, "ref")
+    train(make_model("cuda:0", 48), "cuda:0", edge_index, x, 6, alone, "ref")
     results = {}
-    threads = [threading.Thread(target=train, args=(f"cuda:{i}", edge_index, x, 6, results, i))
+    models = [make_model(f"cuda:{i}", 48) for i in range(2)]
+    threads = [threading.Thread(target=train,
+                                args=(models[i], f"cuda:{i}", edge_index, x, 6, results, i))
                for i in range(2)]
     for t in threads:
         t.start()

@@ -16,6 +16,7 @@ recomputed on every call, so gradients flow to the weights.
 """
 from __future__ import annotations
 
+import weakref
 from typing import List, Optional
 
 import torch
@@ -29,10 +30,13 @@ MODES = ("sum", "mean", "gcn")
 
 
 class EdgeValues:
-    """a_e in CSR order, and (on first use, then kept) in CSR^T order."""
+    """a_e in CSR order, and (on first use, then kept) in CSR^T order. Holds
+    its graph weakly: a Graph keeps its cached values, and a reference
+    cycle would keep a mini-batch's Graph (and its GPU memory) alive until
+    the cyclic garbage collector runs."""
 
     def __init__(self, graph: Graph, values: Tensor, static: bool):
-        self.graph = graph
+        self._graph = weakref.ref(graph)
         self.values = mark_static(values) if static else values
         self._static = static
         self._values_t: Optional[Tensor] = None
@@ -40,7 +44,7 @@ class EdgeValues:
     @property
     def values_t(self) -> Tensor:
         if self._values_t is None:
-            values_t = self.values[self.graph.transpose.perm]
+            values_t = self.values[self._graph().transpose.perm]
             self._values_t = mark_static(values_t) if self._static else values_t
         return self._values_t
 

@@ -122,6 +122,10 @@ class CusparseBackend:
                 and (shape.direction == "forward" or self.transposable))
 
     def run(self, call: SpmmCall) -> Tensor:
+        if call.col.numel() > (call.rowptr.numel() - 1) * call.num_cols:
+            # More entries than a dense matrix has (duplicates only): cuSPARSE refuses it.
+            return spmm_reference(call.rowptr, call.col, call.values, call.x, call.num_out,
+                                  call.transpose)
         plans: Dict[tuple, CusparsePlan] = _PLANS.get(call.rowptr)
         if plans is None:
             plans = _PLANS[call.rowptr] = {}
