@@ -114,26 +114,28 @@ def _gcn_kernels(channels: int) -> Callable[[Workload], List[Kernel]]:
     cached CSR^T), ours and torch.sparse.mm on the same CSR matrices."""
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph, ops
+        from pyg_ioaware.ops.spmm import spmm_trusted
 
         dtype = feature_dtype(work.precision)
         graph = Graph.from_input(work.edge_index, num_nodes=work.num_nodes)
         graph = graph.with_remaining_self_loops()
         n, nnz = graph.num_dst, graph.num_edges
-        values, values_t = ops.edge_values(graph, None, "gcn", dtype)
+        edge_values = ops.normalized_values(graph, None, "gcn", dtype)
+        values, values_t = edge_values.values, edge_values.values_t
+        t = graph.transpose
         x = torch.randn(n, channels, device=work.device, dtype=dtype)
         g = torch.randn(n, channels, device=work.device, dtype=dtype)
         model = minimal_bytes(nnz, n, channels, x.element_size())
         kernels = [
-            Kernel("ours A X", lambda: ops.spmm_forward(graph.rowptr, graph.col, values, x, n,
-                                                        False), model),
-            Kernel("ours A^T G", lambda: ops.spmm_forward(graph.rowptr_t, graph.col_t,
-                                                          values_t, g, n, False), model),
+            Kernel("ours A X", lambda: spmm_trusted(graph.rowptr, graph.col, values, x, n,
+                                                    False), model),
+            Kernel("ours A^T G", lambda: spmm_trusted(t.rowptr, t.col, values_t, g, n, False),
+                   model),
         ]
         with warnings.catch_warnings():  # torch's "sparse CSR is in beta" notes
             warnings.filterwarnings("ignore", message="Sparse", category=UserWarning)
             adj = torch.sparse_csr_tensor(graph.rowptr.long(), graph.col.long(), values, (n, n))
-            adj_t = torch.sparse_csr_tensor(graph.rowptr_t.long(), graph.col_t.long(), values_t,
-                                            (n, n))
+            adj_t = torch.sparse_csr_tensor(t.rowptr.long(), t.col.long(), values_t, (n, n))
         kernels += [Kernel("torch.sparse A X", lambda: torch.sparse.mm(adj, x), model),
                     Kernel("torch.sparse A^T G", lambda: torch.sparse.mm(adj_t, g), model)]
         return kernels
