@@ -7,7 +7,8 @@ as useful bytes. GB/s = useful bytes / time; the share is taken of the
 device's measured device-to-device copy bandwidth (bytes read plus bytes
 written). A kernel is timed back to back (``CALLS`` calls between two clock
 marks, the median of ``REPEATS`` such runs), so launch gaps hide behind
-execution.
+execution; a CPU has no launch gaps to hide, and fewer calls keep the
+CPU-sized suite short.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ import torch
 
 from .timing import Clock, oom_message
 
-CALLS = 20
-REPEATS = 5
+CALLS, REPEATS = 20, 5
+CALLS_CPU, REPEATS_CPU = 2, 3
 COPY_BYTES = 1 << 30  # large enough to stream from HBM, not L2
 COPY_BYTES_CPU = 1 << 26
 
@@ -35,18 +36,20 @@ class Kernel:
 
 
 def time_back_to_back(fn: Callable[[], object], device: torch.device) -> float:
-    """Median over REPEATS of the mean ms of CALLS back-to-back calls."""
+    """Median over REPEATS of the mean ms of CALLS back-to-back calls
+    (CALLS_CPU and REPEATS_CPU on a CPU)."""
+    calls, repeats = (CALLS, REPEATS) if device.type == "cuda" else (CALLS_CPU, REPEATS_CPU)
     clock = Clock(device)
     fn()  # warm-up (plans, caches)
     clock.synchronize()
     runs = []
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         start = clock.mark()
-        for _ in range(CALLS):
+        for _ in range(calls):
             fn()
         end = clock.mark()
         clock.synchronize()
-        runs.append(clock.elapsed_ms(start, end) / CALLS)
+        runs.append(clock.elapsed_ms(start, end) / calls)
     return statistics.median(runs)
 
 

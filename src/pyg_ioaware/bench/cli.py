@@ -31,7 +31,7 @@ from .timing import (MB, PRECISIONS, Measurement, feature_dtype, free_memory, me
 
 PROTOCOL_MIN_ITERS = 15
 # The CPU-sized suite (no GPU): about a minute on 2 cores.
-CPU_SCALE = 0.05
+CPU_SCALE = 0.03
 CPU_ITERS, CPU_WARMUP = 5, 2
 
 
