@@ -1,11 +1,19 @@
 """Package-wide settings.
 
 ``spmm_backward``: how SpMM's backward computes dX = A^T dY.
-    ``"materialized"`` (default): a plain SpMM over the Graph's CSR^T, built
-    on first need (one sort) and cached (deterministic).
-    ``"transpose"``: cuSPARSE's transposed SpMM over A's CSR (no second
-    structure, about 2x slower at D=512, and may give run-to-run differences
-    in the last bits).
+    ``"auto"`` (default): a graph's first backward pass runs cuSPARSE's
+    transposed SpMM over A's CSR, so a graph used for one training step
+    (a mini-batch) never pays for a CSR^T; a later backward pass over the
+    same Graph (the graph is reused) builds the CSR^T once and runs a plain
+    SpMM over it from then on. With torch.use_deterministic_algorithms(True)
+    it behaves as "materialized". Traced by torch.compile, it uses the
+    CSR^T where the Graph already has one (an eager step built it, or
+    ``graph.transpose`` was read), else the transposed SpMM.
+    ``"materialized"``: always a plain SpMM over the Graph's CSR^T, built on
+    first need (one sort) and cached (deterministic).
+    ``"transpose"``: always cuSPARSE's transposed SpMM over A's CSR (no
+    second structure, about 2x slower at D=512, and may give run-to-run
+    differences in the last bits).
     Set from the environment variable PYG_IOAWARE_SPMM_BACKWARD too.
 
 ``autotune``: time every supported backend the first time a shape class is
@@ -14,9 +22,9 @@
 """
 import os
 
-SPMM_BACKWARD_MODES = ("materialized", "transpose")
+SPMM_BACKWARD_MODES = ("auto", "materialized", "transpose")
 
-spmm_backward = os.environ.get("PYG_IOAWARE_SPMM_BACKWARD", "materialized")
+spmm_backward = os.environ.get("PYG_IOAWARE_SPMM_BACKWARD", "auto")
 if spmm_backward not in SPMM_BACKWARD_MODES:
     raise ValueError(f"PYG_IOAWARE_SPMM_BACKWARD={spmm_backward!r}: expected one of "
                      f"{SPMM_BACKWARD_MODES}")

@@ -73,7 +73,9 @@ class GraphState:
     """Derived state of a Graph, filled lazily by whoever needs it.
 
     ``transpose``: the CSR^T; ``self_loop_graph``: the graph with PyG's
-    remaining self loops; ``reversed_graph``: every edge reversed; ``edge_origin`` (on a self-loop graph only): per
+    remaining self loops; ``reversed_graph``: every edge reversed;
+    ``first_backward_task``: the autograd run of the first backward pass
+    through this graph (ops.spmm.LazyTranspose); ``edge_origin`` (on a self-loop graph only): per
     CSR entry the input edge id of the graph it derives from, NEW_LOOP or
     DROPPED_LOOP; ``values``: normalized edge values per (mode, dtype),
     filled by ops.normalize; ``spmm_plans``: native SpMM plans per
@@ -82,6 +84,7 @@ class GraphState:
     transpose: Optional[Transpose] = None
     self_loop_graph: Optional["Graph"] = None
     reversed_graph: Optional["Graph"] = None
+    first_backward_task: Optional[int] = None
     edge_origin: Optional[Tensor] = None
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
     spmm_plans: Dict[tuple, Any] = field(default_factory=dict)

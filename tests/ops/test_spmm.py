@@ -367,3 +367,27 @@ def test_cuda_plans_built_during_capture():
         cuda_graph.replay()
         ref = ops.gcn_adjacency(edge_index.cpu(), 400).propagate(x.cpu().double())
         assert relative_error(out, ref) < TOLERANCE[torch.float32]
+
+
+def test_auto_backward_builds_the_transpose_only_for_a_reused_graph():
+    edge_index = random_graph(50, 50, 400, seed=27)
+    graph = Graph.from_input(edge_index, num_nodes=50)
+    x = torch.randn(50, 6, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(50, 6, dtype=torch.float64)
+
+    def step():  # two layers over one graph, one backward pass: one training step
+        out = ops.aggregate(ops.aggregate(x, graph, "mean").tanh(), graph, "mean")
+        return torch.autograd.grad(out, x, g)[0]
+
+    first = step()
+    assert graph.state.transpose is None  # a one-step graph never sorts for A^T
+    second = step()  # a later backward pass: the graph is reused
+    assert graph.state.transpose is not None
+    assert relative_error(first, second) < 1e-12
+    fresh = Graph.from_edge_index(edge_index, 50)
+    torch.use_deterministic_algorithms(True)
+    try:
+        ops.aggregate(x, fresh, "mean").backward(g)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert fresh.state.transpose is not None  # deterministic: always the CSR^T

@@ -17,8 +17,8 @@ Both ops check every input (ops.checks) before any kernel runs, the CSR
 contents included the first time a structure is seen, so no input can make
 a kernel read out of bounds. Both are forward-only; :class:`SpmmFunction`
 makes SpMM differentiable in x and values (double backward included): dX =
-A^T dY runs as a plain SpMM over the Graph's CSR^T (or, with
-config.spmm_backward = "transpose", as cuSPARSE's transposed SpMM over A),
+A^T dY runs as a plain SpMM over the Graph's CSR^T or as cuSPARSE's
+transposed SpMM over A (config.spmm_backward, :class:`LazyTranspose`),
 dvalues = sddmm. It is an autograd.Function rather than
 ``register_autograd`` because the latter adds about 50 us of Python per
 call in torch 2.13, a large share of a small graph's step; torch.compile
@@ -79,15 +79,18 @@ spmm_trusted = eager_or_op(_spmm_kernel, spmm_csr)
 
 class SpmmFunction(torch.autograd.Function):
     """Differentiable Y = A X (transpose=False) or Y = A^T X (transpose=True),
-    Y with ``num_out`` rows, for A given as CSR (rowptr, col, values) and as
-    the CSR of its transpose (rowptr_t, col_t, values_t; all None with
-    config.spmm_backward="transpose"), which backward uses. Both structures
+    Y with ``num_out`` rows, for A given as CSR (rowptr, col, values). Its
+    backward needs A^T: as a CSR (rowptr_t, col_t, values_t), or, where those
+    are None, from ``lazy`` (a :class:`LazyTranspose`, which may give a CSR
+    or None), else as cuSPARSE's transposed SpMM over A. Both structures
     must be known valid (a Graph's)."""
 
     @staticmethod
-    def forward(ctx, rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, num_out):
+    def forward(ctx, rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, num_out,
+                lazy=None):
         ctx.transpose = transpose
         ctx.num_x = x.size(0)
+        ctx.lazy = lazy
         ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t,
                               x if ctx.needs_input_grad[2] else None)
         return spmm_trusted(rowptr, col, values, x, num_out, transpose)
@@ -95,6 +98,8 @@ class SpmmFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out):
         rowptr, col, values, rowptr_t, col_t, values_t, x = ctx.saved_tensors
+        if rowptr_t is None and ctx.lazy is not None:
+            rowptr_t, col_t, values_t = ctx.lazy.for_backward()
         grad_out = grad_out.contiguous()
         grad_x = grad_values = None
         a = (rowptr, col, values, rowptr_t, col_t, values_t)
@@ -109,15 +114,34 @@ class SpmmFunction(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
             grad_values = sddmm_trusted(rowptr, col, g.contiguous(), xx.contiguous())
-        return None, None, grad_values, None, None, None, grad_x, None, None
+        return None, None, grad_values, None, None, None, grad_x, None, None, None
 
 
-def backward_structure(graph) -> tuple:
-    """(rowptr_t, col_t) for SpmmFunction: the Graph's CSR^T (built on first
-    need), or (None, None) with config.spmm_backward = "transpose"."""
-    if config.spmm_backward == "transpose":
-        return None, None
-    return graph.transpose.rowptr, graph.transpose.col
+class LazyTranspose:
+    """Decides, in backward, whether a Graph's A^T is worth a CSR^T
+    (config.spmm_backward = "auto"): the Graph's first backward pass runs
+    the transposed SpMM over A (a one-step mini-batch graph never pays for a
+    sort); a backward pass of a later autograd run over the same Graph means
+    the graph is reused, so the CSR^T is built once and used from then on.
+    ``edge_values`` (ops.normalize.EdgeValues) carry the values to CSR^T
+    order."""
+
+    def __init__(self, graph, edge_values):
+        self.graph = graph
+        self.edge_values = edge_values
+
+    def for_backward(self) -> tuple:
+        """(rowptr_t, col_t, values_t), or (None, None, None) for the
+        transposed SpMM."""
+        state = self.graph.state
+        if state.transpose is None and not torch.are_deterministic_algorithms_enabled():
+            task = torch._C._current_graph_task_id()
+            if state.first_backward_task is None:
+                state.first_backward_task = task
+            if state.first_backward_task == task:
+                return None, None, None
+        t = self.graph.transpose
+        return t.rowptr, t.col, self.edge_values.values_t
 
 
 # ------------------------------------------------------------------ SDDMM

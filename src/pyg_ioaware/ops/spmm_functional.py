@@ -14,10 +14,11 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
 from .normalize import normalized_values, weights_in_csr_order
-from .spmm import SpmmFunction, backward_structure, spmm_trusted
+from .spmm import LazyTranspose, SpmmFunction, spmm_trusted
 
 PairTensor = Tuple[Tensor, Optional[Tensor]]
 FLOWS = ("source_to_target", "target_to_source")
@@ -56,16 +57,23 @@ class SpmmAdjacency:
 def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor) -> Tensor:
     """out[d] = sum over edges (s -> d) of a_e x[s] for 2-D x, already
     checked; a_e from ``mode`` and ``weight_csr``. Where nothing needs a
-    gradient (inference) the autograd Function is skipped and no CSR^T is
-    built."""
+    gradient (inference) the autograd Function is skipped; the CSR^T is
+    built where config.spmm_backward says (lazily by default)."""
     edge_values = normalized_values(graph, weight_csr, mode, x.dtype)
     values = edge_values.values
-    if torch.is_grad_enabled() and (x.requires_grad or values.requires_grad):
-        rowptr_t, col_t = backward_structure(graph)
-        values_t = None if rowptr_t is None else edge_values.values_t
-        return SpmmFunction.apply(graph.rowptr, graph.col, values, rowptr_t, col_t, values_t,
-                                  x, False, graph.num_dst)
-    return spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False)
+    if not (torch.is_grad_enabled() and (x.requires_grad or values.requires_grad)):
+        return spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False)
+    a = (graph.rowptr, graph.col, values)
+    mode = config.spmm_backward
+    if mode == "auto" and torch.compiler.is_compiling():
+        # Traced code cannot decide later: the CSR^T if the graph has one.
+        mode = "materialized" if graph.state.transpose is not None else "transpose"
+    if mode == "materialized":
+        t = graph.transpose
+        return SpmmFunction.apply(*a, t.rowptr, t.col, edge_values.values_t, x, False,
+                                  graph.num_dst)
+    lazy = LazyTranspose(graph, edge_values) if mode == "auto" else None
+    return SpmmFunction.apply(*a, None, None, None, x, False, graph.num_dst, lazy)
 
 
 def input_edge_weight(graph: Graph, edge_weight: Optional[Tensor], who: str) -> Optional[Tensor]:
