@@ -358,6 +358,11 @@ def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Opti
                        out_origin: Tensor) -> None:
     """Enqueues PyG's remaining self loops of a square CSR graph into the
     out_* tensors (contract: pygio_csr_add_self_loops in pyg_ioaware.h)."""
+    indices = [rowptr, col, row, out_rowptr, out_col, out_row]
+    if edge_perm is not None:
+        indices.append(edge_perm)
+    if any(t.dtype != rowptr.dtype for t in indices):
+        raise TypeError("csr_add_self_loops: every index tensor must share one dtype")
     params = SelfLoopsParams(struct_size=ctypes.sizeof(SelfLoopsParams),
                              index_bits=index_bits(rowptr.dtype), device=rowptr.device.index,
                              num_nodes=rowptr.numel() - 1, nnz=col.numel(),
