@@ -391,3 +391,14 @@ def test_auto_backward_builds_the_transpose_only_for_a_reused_graph():
     finally:
         torch.use_deterministic_algorithms(False)
     assert fresh.state.transpose is not None  # deterministic: always the CSR^T
+
+
+def test_2d_outputs_are_not_views():
+    """An in-place bias add on a view of the SpMM output would make backward
+    copy the whole output (CopySlices): 2-D results must be plain tensors."""
+    edge_index = random_graph(40, 40, 200, seed=28)
+    x = torch.randn(40, 5, requires_grad=True)
+    for out in (ops.gcn_adjacency(edge_index, 40).propagate(x), ops.aggregate(x, edge_index)):
+        assert out._base is None
+        out.add_(1.0)
+        assert type(out.grad_fn).__name__ == "AddBackward0"

@@ -44,10 +44,11 @@ class SpmmAdjacency:
         if not isinstance(h, Tensor):
             raise TypeError(f"propagate: expected node features as a tensor, got "
                             f"{type(h).__name__}")
-        moved = h.movedim(node_dim, 0)
+        moved = h.movedim(node_dim, 0) if node_dim not in (0, -h.dim()) else h
         checks.node_features(moved, graph.num_src, graph.device, "propagate")
-        out = propagate(graph, self.weight_csr, self.mode, moved.flatten(1))
-        return out.view(graph.num_dst, *moved.shape[1:]).movedim(0, node_dim)
+        out = propagate(graph, self.weight_csr, self.mode, _flat(moved))
+        out = _unflat(out, moved)
+        return out if moved is h else out.movedim(0, node_dim)
 
     def __repr__(self) -> str:
         weighted = self.weight_csr is not None
@@ -133,8 +134,19 @@ def aggregate(x: Union[Tensor, PairTensor], adj: Any, reduce: str = "sum",
     graph = Graph.from_input(adj, num_nodes)
     checks.node_features(x_src, graph.num_src, graph.device, who)
     weight_csr = weights_in_csr_order(graph, input_edge_weight(graph, edge_weight, who))
-    out = propagate(graph, weight_csr, reduce, x_src.flatten(1))
-    return out.view(graph.num_dst, *x_src.shape[1:])
+    return _unflat(propagate(graph, weight_csr, reduce, _flat(x_src)), x_src)
+
+
+def _flat(x: Tensor) -> Tensor:
+    """[N, ...] features as [N, C] (2-D input as is)."""
+    return x if x.dim() == 2 else x.flatten(1)
+
+
+def _unflat(out: Tensor, like: Tensor) -> Tensor:
+    """The SpMM output in ``like``'s trailing shape. 2-D outputs are returned
+    as they are, not as views: a view would turn a caller's in-place bias add
+    into a copy of the whole output in backward."""
+    return out if like.dim() == 2 else out.view(out.size(0), *like.shape[1:])
 
 
 def _rows(x: Any, who: str) -> int:
