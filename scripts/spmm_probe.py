@@ -28,6 +28,7 @@ import torch
 import torch_geometric
 
 from pyg_ioaware import Graph, _native, ops
+from pyg_ioaware.graph import structure_state
 from pyg_ioaware.bench.graphs import generate
 from pyg_ioaware.nn import GCNConv
 from pyg_ioaware.ops import tuning
@@ -89,7 +90,8 @@ def probe_graph(name: str, widths, dtypes) -> list[dict]:
             row = {"graph": name, "nodes": n, "nnz": graph.num_edges, "width": width,
                    "dtype": str(dtype).replace("torch.", "")}
             for direction, is_transposed in (("forward", False), ("transposed", True)):
-                call = SpmmCall(rowptr, col, values, x, n, is_transposed)
+                call = SpmmCall(rowptr, col, values, x, n, is_transposed,
+                                state=structure_state(rowptr))
                 shape = tuning.shape_class(FAMILY, direction, width, dtype, x.device,
                                            graph.num_edges, n)
                 row[direction] = time_backends(call, shape)

@@ -312,6 +312,27 @@ def _spmm_params(handle: int, values: Tensor, x: Tensor, out: Tensor,
                       workspace=pointer(workspace), stream=stream_of(x))
 
 
+class SpmmRunner:
+    """spmm_run for one plan with its ``pygio_spmm_params`` kept between
+    calls: each call only rebinds the buffers and the stream (the hot path of
+    every layer call; building the struct anew costs more than the call)."""
+
+    def __init__(self, handle: int, dtype: torch.dtype, device: torch.device):
+        self._params = SpmmParams(struct_size=ctypes.sizeof(SpmmParams),
+                                  dtype=_dtype_code(dtype), device=device.index, plan=handle)
+        self._params_ref = ctypes.byref(self._params)
+
+    def run(self, values: Tensor, x: Tensor, out: Tensor, workspace: Optional[Tensor]) -> None:
+        """Enqueues out = op(A) X on torch's current stream, as spmm_run."""
+        p = self._params
+        p.values = values.data_ptr()
+        p.x, p.x_row_stride = x.data_ptr(), _row_stride(x, "x")
+        p.y, p.y_row_stride = out.data_ptr(), _row_stride(out, "out")
+        p.workspace = pointer(workspace)
+        p.stream = stream_of(x)
+        check(library().pygio_spmm_run(self._params_ref))
+
+
 def spmm_workspace_size(handle: int, values: Tensor, x: Tensor, out: Tensor) -> int:
     """Bytes of workspace spmm_run needs for this plan and these row strides."""
     size = ctypes.c_size_t()

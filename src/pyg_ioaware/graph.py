@@ -87,7 +87,6 @@ class GraphState:
     first_backward_task: Optional[int] = None
     edge_origin: Optional[Tensor] = None
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
-    spmm_plans: Dict[tuple, Any] = field(default_factory=dict)
 
 
 class Graph:
@@ -159,7 +158,9 @@ class Graph:
             if t is not None and t.data_ptr() not in seen:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()
-        total += sum(plan.nbytes for plan in state.spmm_plans.values())
+        for rowptr in (self.rowptr, None if state.transpose is None else state.transpose.rowptr):
+            native = _STRUCTURES.get(rowptr) if rowptr is not None else None
+            total += 0 if native is None else sum(p.nbytes for p in native.plans.values())
         for derived in (state.self_loop_graph, state.reversed_graph):
             if derived is not None:
                 total += derived.nbytes
@@ -440,6 +441,31 @@ def known_valid_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> bool:
     known = _VALID_CSR.get(rowptr)
     return (known is not None and known.col() is col and known.col_bound <= num_cols
             and known.versions == (rowptr._version, col._version))
+
+
+# ----------------------------------------- kernel state beside a structure
+class StructureState:
+    """What the ops keep beside one CSR structure: the backend chosen per
+    call key (direction, width, dtype) and the backends' plans (objects with
+    an ``nbytes``). Filled by ops.spmm_backends; lives as long as the
+    structure's rowptr tensor."""
+    __slots__ = ("choices", "plans", "__weakref__")
+
+    def __init__(self):
+        self.choices: Dict[tuple, Any] = {}
+        self.plans: Dict[tuple, Any] = {}
+
+
+_STRUCTURES: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def structure_state(rowptr: Tensor) -> StructureState:
+    """The state kept beside the structure whose rowptr this is (keyed
+    weakly by the tensor object, not its address)."""
+    state = _STRUCTURES.get(rowptr)
+    if state is None:
+        state = _STRUCTURES[rowptr] = StructureState()
+    return state
 
 
 # ------------------------------------------------------------------ helpers

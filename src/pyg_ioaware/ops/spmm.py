@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import _native, config
+from .. import _native
 from . import checks
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
 from .spmm_backends import SpmmCall, run_spmm

@@ -10,24 +10,26 @@ small graphs and has no transposed form; plain torch is the fallback
 everywhere (and the only backend on CPU). Kernels of our own join the list
 the same way.
 
-A cuSPARSE plan (descriptors and workspace size) depends only on the
-structure, width, dtype, direction and algorithm: it is built once and
-kept beside the structure, keyed weakly by its rowptr tensor, so it is
-released with the structure (its Graph, or a raw op's tensors). No timing
-runs per graph. The workspace, where cuSPARSE wants one, is allocated by
-torch on the current stream for each call, so it is ordered with the call
-on any stream and taken from the CUDA-graph pool during capture.
+The backend choice (per direction, width and dtype) and a cuSPARSE plan
+(descriptors, workspace size, a reusable workspace) depend only on the
+structure, width, dtype, direction and algorithm: they are made once and
+kept beside the structure (:class:`StructureState`), keyed weakly by its
+rowptr tensor, so they are released with the structure (its Graph, or a
+raw op's tensors). No timing runs per graph. A plan's workspace is reused
+on the stream it was allocated on, allocated anew on another stream (so
+torch's allocator orders it with the call) and inside CUDA-graph capture
+(from the graph's pool).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor
-from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import _native
+from ..graph import StructureState, structure_state
 from . import tuning
 from .dispatch import accumulator_dtype, native_ready
 
@@ -37,13 +39,15 @@ FAMILY = "spmm"
 @dataclass
 class SpmmCall:
     """One SpMM: ``x`` is [rows of op(A)'s columns, width] with inner
-    stride 1; the output has ``num_out`` rows."""
+    stride 1; the output has ``num_out`` rows. ``state`` is what is kept
+    beside the structure (backend choices, plans)."""
     rowptr: Tensor
     col: Tensor
     values: Tensor
     x: Tensor
     num_out: int
     transpose: bool
+    state: Optional[StructureState] = None
 
     @property
     def num_cols(self) -> int:
@@ -76,10 +80,10 @@ class TorchBackend:
 
 
 class CusparsePlan:
-    """A native cuSPARSE SpMM plan and its workspace size. Holds ``col`` so
-    its address cannot be reused while the plan lives; the structure's
-    rowptr is the key this plan is stored under, so it outlives the plan."""
-    nbytes = 0  # descriptors live in host memory; workspaces are per call
+    """A native cuSPARSE SpMM plan, its workspace size and a reusable
+    workspace. Holds ``col`` so its address cannot be reused while the plan
+    lives; the structure's rowptr is the key this plan is stored under, so it
+    outlives the plan."""
 
     def __init__(self, call: SpmmCall, algorithm: int):
         self.col = call.col
@@ -87,26 +91,43 @@ class CusparsePlan:
         self.handle = _native.spmm_plan_create(call.rowptr, call.col, call.num_cols,
                                                call.x.size(1), call.x.dtype, call.transpose,
                                                algorithm)
+        self.runner = _native.SpmmRunner(self.handle, call.x.dtype, call.x.device)
         self.workspace_bytes: Optional[int] = None
+        self._workspace: Optional[Tensor] = None
+        self._workspace_stream: Optional[int] = None
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self._workspace is None else self._workspace.numel()
+
+    def workspace(self, device: torch.device) -> Optional[Tensor]:
+        """The workspace for a call on the current stream: the plan's own,
+        reused while calls stay on the stream it was allocated on (torch's
+        allocator orders it there); a fresh one on another stream or during
+        CUDA-graph capture (then it comes from the graph's pool)."""
+        if not self.workspace_bytes:
+            return None
+        stream = torch.cuda.current_stream(device).cuda_stream
+        if torch.cuda.is_current_stream_capturing():
+            return torch.empty(self.workspace_bytes, dtype=torch.uint8, device=device)
+        if self._workspace is None or self._workspace_stream != stream:
+            self._workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8,
+                                          device=device)
+            self._workspace_stream = stream
+        return self._workspace
 
     def run(self, call: SpmmCall) -> Tensor:
         out = torch.empty(call.num_out, call.x.size(1), dtype=call.x.dtype, device=call.x.device)
         if self.workspace_bytes is None:
             self.workspace_bytes = _native.spmm_workspace_size(self.handle, call.values,
                                                                call.x, out)
-        workspace = (torch.empty(self.workspace_bytes, dtype=torch.uint8, device=out.device)
-                     if self.workspace_bytes > 0 else None)
-        _native.spmm_run(self.handle, call.values, call.x, out, workspace)
+        self.runner.run(call.values, call.x, out, self.workspace(out.device))
         return out
 
     def __del__(self):
         if self.handle is not None and _native is not None:
             _native.spmm_plan_destroy(self.handle)
             self.handle = None
-
-
-# Plans beside their structure: rowptr tensor -> {plan key: CusparsePlan}.
-_PLANS: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 class CusparseBackend:
@@ -126,9 +147,7 @@ class CusparseBackend:
             # More entries than a dense matrix has (duplicates only): cuSPARSE refuses it.
             return spmm_reference(call.rowptr, call.col, call.values, call.x, call.num_out,
                                   call.transpose)
-        plans: Dict[tuple, CusparsePlan] = _PLANS.get(call.rowptr)
-        if plans is None:
-            plans = _PLANS[call.rowptr] = {}
+        plans = call.state.plans
         key = (self.algorithm, call.transpose, call.num_cols, call.x.size(1), call.x.dtype)
         plan = plans.get(key)
         if plan is None or plan.col is not call.col:
@@ -148,15 +167,22 @@ del _backend
 
 def run_spmm(call: SpmmCall) -> Tensor:
     """Y = op(A) X on a structure known valid, by the backend the tuner
-    picks for the call's shape class. Empty problems give zeros."""
+    picks for the call's shape class (decided once per structure, direction,
+    width and dtype). Empty problems give zeros."""
     x = call.x
     if call.num_out == 0 or x.size(1) == 0 or call.col.numel() == 0 or x.size(0) == 0:
         return torch.zeros(call.num_out, x.size(1), dtype=x.dtype, device=x.device)
-    device = x.device
-    if device.type == "cuda":
-        native_ready(device)  # warns once where CUDA runs plain torch
-    rows = call.rowptr.numel() - 1
-    shape = tuning.shape_class(FAMILY, "transposed" if call.transpose else "forward",
-                               x.size(1), x.dtype, device, call.col.numel(), rows)
-    backend = tuning.choose(shape, lambda b: tuning.time_cuda_ms(lambda: b.run(call), device))
+    call.state = structure_state(call.rowptr)
+    key = (call.transpose, x.size(1), x.dtype)
+    backend = call.state.choices.get(key)
+    if backend is None:
+        device = x.device
+        if device.type == "cuda":
+            native_ready(device)  # warns once where CUDA runs plain torch
+        shape = tuning.shape_class(FAMILY, "transposed" if call.transpose else "forward",
+                                   x.size(1), x.dtype, device, call.col.numel(),
+                                   call.rowptr.numel() - 1)
+        backend = tuning.choose(shape, lambda b: tuning.time_cuda_ms(lambda: b.run(call),
+                                                                     device))
+        call.state.choices[key] = backend
     return backend.run(call)
