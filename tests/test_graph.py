@@ -283,3 +283,15 @@ def test_cuda_native_self_loops_equal_the_torch_structure(grouped, monkeypatch):
         for got, want in zip((native.rowptr, native.col, native.row, native.state.edge_origin),
                              reference):
             assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def test_structure_state_lives_as_long_as_its_rowptr():
+    from pyg_ioaware.graph import _STRUCTURES, known_structure_state, structure_state
+
+    rowptr = torch.tensor([0, 1, 2])
+    state = structure_state(rowptr)
+    assert structure_state(rowptr) is state and known_structure_state(rowptr) is state
+    assert known_structure_state(rowptr.clone()) is None  # another tensor, same values
+    key = id(rowptr)
+    del rowptr
+    assert key not in _STRUCTURES

@@ -159,7 +159,7 @@ class Graph:
                 seen.add(t.data_ptr())
                 total += t.numel() * t.element_size()
         for rowptr in (self.rowptr, None if state.transpose is None else state.transpose.rowptr):
-            native = _STRUCTURES.get(rowptr) if rowptr is not None else None
+            native = None if rowptr is None else known_structure_state(rowptr)
             total += 0 if native is None else sum(p.nbytes for p in native.plans.values())
         for derived in (state.self_loop_graph, state.reversed_graph):
             if derived is not None:
@@ -456,16 +456,36 @@ class StructureState:
         self.plans: Dict[tuple, Any] = {}
 
 
-_STRUCTURES: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# id(rowptr) -> (weak reference to rowptr, its state). A plain dict keyed by
+# identity: a lookup is on every SpMM call, and WeakIdKeyDictionary's costs
+# several microseconds. The entry goes when the tensor dies.
+_STRUCTURES: Dict[int, Tuple[weakref.ref, StructureState]] = {}
 
 
 def structure_state(rowptr: Tensor) -> StructureState:
-    """The state kept beside the structure whose rowptr this is (keyed
-    weakly by the tensor object, not its address)."""
-    state = _STRUCTURES.get(rowptr)
-    if state is None:
-        state = _STRUCTURES[rowptr] = StructureState()
+    """The state kept beside the structure whose rowptr this is (keyed by
+    the tensor object, held weakly; not by its address)."""
+    key = id(rowptr)
+    entry = _STRUCTURES.get(key)
+    if entry is not None and entry[0]() is rowptr:
+        return entry[1]
+    state = StructureState()
+    _STRUCTURES[key] = (weakref.ref(rowptr, _forget_structure(key)), state)
     return state
+
+
+def known_structure_state(rowptr: Tensor) -> Optional[StructureState]:
+    """The state beside rowptr's structure, or None where there is none."""
+    entry = _STRUCTURES.get(id(rowptr))
+    return entry[1] if entry is not None and entry[0]() is rowptr else None
+
+
+def _forget_structure(key: int) -> Callable[[weakref.ref], None]:
+    def callback(ref: weakref.ref) -> None:
+        entry = _STRUCTURES.get(key)
+        if entry is not None and entry[0] is ref:
+            del _STRUCTURES[key]
+    return callback
 
 
 # ------------------------------------------------------------------ helpers

@@ -15,10 +15,8 @@ The backend choice (per direction, width and dtype) and a cuSPARSE plan
 structure, width, dtype, direction and algorithm: they are made once and
 kept beside the structure (:class:`StructureState`), keyed weakly by its
 rowptr tensor, so they are released with the structure (its Graph, or a
-raw op's tensors). No timing runs per graph. A plan's workspace is reused
-on the stream it was allocated on, allocated anew on another stream (so
-torch's allocator orders it with the call) and inside CUDA-graph capture
-(from the graph's pool).
+raw op's tensors). No timing runs per graph. Workspaces are allocated per
+call (see :class:`CusparsePlan`).
 """
 from __future__ import annotations
 
@@ -80,10 +78,16 @@ class TorchBackend:
 
 
 class CusparsePlan:
-    """A native cuSPARSE SpMM plan, its workspace size and a reusable
-    workspace. Holds ``col`` so its address cannot be reused while the plan
-    lives; the structure's rowptr is the key this plan is stored under, so it
-    outlives the plan."""
+    """A native cuSPARSE SpMM plan and its workspace size. Holds ``col`` so
+    its address cannot be reused while the plan lives; the structure's
+    rowptr is the key this plan is stored under, so it outlives the plan.
+
+    The workspace (CSR_ALG2 wants a few KB to MB) is allocated per call on
+    the current stream: torch's caching allocator makes that cheap, orders
+    it with the call on any stream and takes it from the graph's pool under
+    CUDA-graph capture and torch.compile's CUDA-graph trees (a workspace
+    kept on the plan would outlive the pool it came from)."""
+    nbytes = 0  # descriptors live in host memory; workspaces are per call
 
     def __init__(self, call: SpmmCall, algorithm: int):
         self.col = call.col
@@ -93,35 +97,15 @@ class CusparsePlan:
                                                algorithm)
         self.runner = _native.SpmmRunner(self.handle, call.x.dtype, call.x.device)
         self.workspace_bytes: Optional[int] = None
-        self._workspace: Optional[Tensor] = None
-        self._workspace_stream: Optional[int] = None
-
-    @property
-    def nbytes(self) -> int:
-        return 0 if self._workspace is None else self._workspace.numel()
-
-    def workspace(self, device: torch.device) -> Optional[Tensor]:
-        """The workspace for a call on the current stream: the plan's own,
-        reused while calls stay on the stream it was allocated on (torch's
-        allocator orders it there); a fresh one on another stream or during
-        CUDA-graph capture (then it comes from the graph's pool)."""
-        if not self.workspace_bytes:
-            return None
-        stream = torch.cuda.current_stream(device).cuda_stream
-        if torch.cuda.is_current_stream_capturing():
-            return torch.empty(self.workspace_bytes, dtype=torch.uint8, device=device)
-        if self._workspace is None or self._workspace_stream != stream:
-            self._workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8,
-                                          device=device)
-            self._workspace_stream = stream
-        return self._workspace
 
     def run(self, call: SpmmCall) -> Tensor:
         out = torch.empty(call.num_out, call.x.size(1), dtype=call.x.dtype, device=call.x.device)
         if self.workspace_bytes is None:
             self.workspace_bytes = _native.spmm_workspace_size(self.handle, call.values,
                                                                call.x, out)
-        self.runner.run(call.values, call.x, out, self.workspace(out.device))
+        workspace = (torch.empty(self.workspace_bytes, dtype=torch.uint8, device=out.device)
+                     if self.workspace_bytes > 0 else None)
+        self.runner.run(call.values, call.x, out, workspace)
         return out
 
     def __del__(self):
