@@ -61,17 +61,22 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// Warp per row: deg(r) = sum of the row's weights (in scalar_t's
-// accumulator type) (ones where weight is
-// NULL, except DROPPED_LOOP entries of `origin`, which weigh 0);
-// deg_inv_sqrt[r] = deg^-1/2, 0 where deg = 0.
+// Weight of entry e for GCN normalization: weight[e], or where there are no
+// weights 1, except a DROPPED_LOOP entry of `origin`, which weighs 0.
+template <typename acc_t>
+__device__ __forceinline__ acc_t gcn_entry_weight(const pygio_gcn_norm_params& p, int64_t e) {
+  if (p.weight != nullptr) return static_cast<const acc_t*>(p.weight)[e];
+  return acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
+}
+
+// Warp per row: deg(r) = sum of the row's gcn_entry_weight, in scalar_t's
+// accumulator type; deg_inv_sqrt[r] = deg^-1/2, 0 where deg = 0.
 template <typename Traits, typename scalar_t>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     gcn_degree_kernel(const __grid_constant__ pygio_gcn_norm_params p) {
   using index_t = typename Traits::index_t;
   using acc_t = typename DTypeTraits<scalar_t>::acc;
   const auto* rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const auto* weight = static_cast<const acc_t*>(p.weight);
   auto* deg_inv_sqrt = static_cast<acc_t*>(p.deg_inv_sqrt);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps_in_grid = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
@@ -80,8 +85,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
        r < p.a.num_rows; r += warps_in_grid) {
     acc_t deg = 0;
     for (int64_t e = rowptr[r] + lane; e < rowptr[r + 1]; e += kWarpSize)
-      deg += weight != nullptr ? weight[e]
-                               : acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
+      deg += gcn_entry_weight<acc_t>(p, e);
     deg = warp_sum(deg);
     if (lane == 0) deg_inv_sqrt[r] = deg == acc_t(0) ? acc_t(0) : acc_t(1) / sqrt(deg);
   }
@@ -95,13 +99,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   using acc_t = typename DTypeTraits<scalar_t>::acc;
   const auto* col = static_cast<const index_t*>(p.a.col);
   const auto* row = static_cast<const index_t*>(p.row);
-  const auto* weight = static_cast<const acc_t*>(p.weight);
   const auto* deg_inv_sqrt = static_cast<const acc_t*>(p.deg_inv_sqrt);
   auto* values = static_cast<scalar_t*>(p.values);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.a.nnz;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const acc_t w = weight != nullptr ? weight[e]
-                                      : acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
+    const acc_t w = gcn_entry_weight<acc_t>(p, e);
     values[e] = DTypeTraits<scalar_t>::store(deg_inv_sqrt[col[e]] * w * deg_inv_sqrt[row[e]]);
   }
 }

@@ -1,34 +1,20 @@
 // The SDDMM entry point: checks, grid choice, dtype / index dispatch.
-#include <algorithm>
 #include <string>
 
 #include "../common/abi.h"
 #include "../common/device_guard.h"
+#include "../common/grid.h"
 #include "sddmm_kernel.cuh"
 
 namespace pygio {
 namespace {
 
-// Enough warps for every row, capped at the blocks the device holds resident
-// at once (the kernel strides over the remaining rows).
-template <typename Traits>
-int sddmm_grid(int64_t num_rows, int device, unsigned* grid) {
-  int sm_count = 0, threads_per_sm = 0;
-  PYGIO_CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  PYGIO_CHECK_CUDA(cudaDeviceGetAttribute(&threads_per_sm,
-                                          cudaDevAttrMaxThreadsPerMultiProcessor, device));
-  const int64_t blocks_needed =
-      (num_rows + Traits::kWarpsPerBlock - 1) / Traits::kWarpsPerBlock;
-  const int64_t blocks_resident =
-      static_cast<int64_t>(sm_count) * (threads_per_sm / Traits::kThreadsPerBlock);
-  *grid = static_cast<unsigned>(std::min(blocks_needed, blocks_resident));
-  return PYGIO_OK;
-}
-
 template <typename Traits>
 int launch_sddmm(const pygio_sddmm_params& params) {
   unsigned grid = 0;
-  PYGIO_TRY(sddmm_grid<Traits>(params.a.num_rows, params.device, &grid));
+  // A warp per row, grid-stride over the rows beyond the resident blocks.
+  PYGIO_TRY(resident_grid(params.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                          params.device, &grid));
   sddmm_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0,
                          static_cast<cudaStream_t>(params.stream)>>>(params);
   PYGIO_CHECK_CUDA(cudaGetLastError());
