@@ -65,15 +65,15 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor) 
     if not (torch.is_grad_enabled() and (x.requires_grad or values.requires_grad)):
         return spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False)
     a = (graph.rowptr, graph.col, values)
-    mode = config.spmm_backward
-    if mode == "auto" and torch.compiler.is_compiling():
+    backward = config.spmm_backward
+    if backward == "auto" and torch.compiler.is_compiling():
         # Traced code cannot decide later: the CSR^T if the graph has one.
-        mode = "materialized" if graph.state.transpose is not None else "transpose"
-    if mode == "materialized":
+        backward = "materialized" if graph.state.transpose is not None else "transpose"
+    if backward == "materialized":
         t = graph.transpose
         return SpmmFunction.apply(*a, t.rowptr, t.col, edge_values.values_t, x, False,
                                   graph.num_dst)
-    lazy = LazyTranspose(graph, edge_values) if mode == "auto" else None
+    lazy = LazyTranspose(graph, edge_values) if backward == "auto" else None
     return SpmmFunction.apply(*a, None, None, None, x, False, graph.num_dst, lazy)
 
 
