@@ -38,15 +38,7 @@ REPEATS = 20
 
 
 def gpu_ms(fn) -> float:
-    fn()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPEATS):
-        fn()
-    stop.record()
-    stop.synchronize()
-    return start.elapsed_time(stop) / REPEATS
+    return tuning.time_cuda_ms(fn, torch.device("cuda", torch.cuda.current_device()), REPEATS)
 
 
 def host_us(fn, calls: int = 300) -> float:

@@ -344,9 +344,9 @@ def spmm_workspace_size(handle: int, values: Tensor, x: Tensor, out: Tensor) -> 
 def spmm_run(handle: int, values: Tensor, x: Tensor, out: Tensor,
              workspace: Optional[Tensor]) -> None:
     """Enqueues out = op(A) X on torch's current stream; ``workspace`` holds
-    spmm_workspace_size bytes (None where that is 0)."""
-    params = _spmm_params(handle, values, x, out, workspace)
-    check(library().pygio_spmm_run(ctypes.byref(params)))
+    spmm_workspace_size bytes (None where that is 0). Plans that run often
+    keep a :class:`SpmmRunner` instead."""
+    SpmmRunner(handle, x.dtype, x.device).run(values, x, out, workspace)
 
 
 def spmm_preprocess(handle: int, values: Tensor, x: Tensor, out: Tensor,

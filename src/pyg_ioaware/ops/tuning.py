@@ -212,15 +212,16 @@ def choose(shape: ShapeClass, time_backend: Callable[[Backend], float]) -> Backe
     return supported[0]
 
 
-def time_cuda_ms(run: Callable[[], None], device: torch.device) -> float:
-    """Mean ms of ``run`` over TIMED_RUNS after one warm-up (CUDA events)."""
+def time_cuda_ms(run: Callable[[], None], device: torch.device,
+                 runs: int = TIMED_RUNS) -> float:
+    """Mean ms of ``run`` over ``runs`` calls after one warm-up (CUDA events)."""
     with torch.cuda.device(device):
         run()
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(TIMED_RUNS):
+        for _ in range(runs):
             run()
         stop.record()
         stop.synchronize()
-    return start.elapsed_time(stop) / TIMED_RUNS
+    return start.elapsed_time(stop) / runs
