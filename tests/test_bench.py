@@ -105,8 +105,9 @@ def test_cli_runs_one_graph_and_writes_every_figure(tmp_path, capsys):
     bandwidth = data["kernel_bandwidth"]
     assert bandwidth["copy_gbs"] > 0
     kernels = bandwidth["rows"]
-    assert [k["kernel"] for k in kernels] == ["ours A X", "ours A^T G", "torch.sparse A X",
-                                              "torch.sparse A^T G"]
+    assert [k["kernel"] for k in kernels] == [
+        "torch A X", "torch A^T G (CSR^T)", "torch A^T G (transposed)", "torch.sparse A X",
+        "torch.sparse A^T G"]  # per backend of ours (CPU: plain torch), then torch.sparse
     # The GCN graph gains one self loop per node: nnz = E + N; outputs N rows of D=64 fp32.
     n = graph["num_nodes"]
     assert all(k["min_bytes"] == (graph["num_edges"] + n + n) * 64 * 4 for k in kernels)

@@ -64,6 +64,7 @@ size_t pygio_struct_size(int32_t kind) {
     case PYGIO_STRUCT_SDDMM_PARAMS: return sizeof(pygio_sddmm_params);
     case PYGIO_STRUCT_SELF_LOOPS_PARAMS: return sizeof(pygio_self_loops_params);
     case PYGIO_STRUCT_GCN_NORM_PARAMS: return sizeof(pygio_gcn_norm_params);
+    case PYGIO_STRUCT_SPMM_CSR_PARAMS: return sizeof(pygio_spmm_csr_params);
     default: return 0;
   }
 }

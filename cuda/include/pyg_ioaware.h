@@ -74,6 +74,7 @@ typedef enum {
   PYGIO_STRUCT_SDDMM_PARAMS = 3,
   PYGIO_STRUCT_SELF_LOOPS_PARAMS = 4,
   PYGIO_STRUCT_GCN_NORM_PARAMS = 5,
+  PYGIO_STRUCT_SPMM_CSR_PARAMS = 6,
 } pygio_struct_kind;
 
 /*
@@ -183,6 +184,49 @@ PYGIO_API int pygio_spmm_run(const pygio_spmm_params* params);
  * H200 (docs/design.md, "No cuSPARSE preprocessing").
  */
 PYGIO_API int pygio_spmm_preprocess(const pygio_spmm_params* params);
+
+/* ------------------------------------------------------ SpMM, own kernels ---
+ * Y = op(A) X + bias with kernels of this library (no cuSPARSE, no plan):
+ * transpose = 0: Y[r] = sum_{e in row r} values[e] X[col[e]] (+ bias), one
+ * row per group of lanes sized by the width, rows of more than the hub
+ * degree split into edge chunks over all SMs and merged with fp32 (fp64)
+ * atomics in the workspace; transpose = 1: Y[c] = sum_{e: col[e] = c}
+ * values[e] X[row(e)], balanced edge chunks scattered with atomics (in the
+ * workspace for 16-bit Y, else in Y itself). X and Y are row-major in
+ * `dtype` with inner stride 1; values (and bias) are in `values_dtype`,
+ * which is `dtype` or, for 16-bit dtypes, PYGIO_FLOAT32; accumulation in
+ * fp32 (fp64 for float64); rows of op(A) with no entry give bias (or 0).
+ * With `deterministic` (forward only) no row is split: every output element
+ * is summed in one thread in CSR order.
+ */
+typedef struct {
+  int32_t struct_size;    /* sizeof(pygio_spmm_csr_params) */
+  int32_t dtype;          /* pygio_dtype of X and Y */
+  int32_t values_dtype;   /* dtype, or PYGIO_FLOAT32 where dtype is 16-bit */
+  int32_t device;
+  int32_t transpose;      /* 0: Y = A X (+ bias); 1: Y = A^T X */
+  int32_t deterministic;  /* 1: no atomics (transpose must be 0) */
+  pygio_csr a;
+  int64_t width;          /* columns of X and Y */
+  const void* values;     /* nnz entries, CSR order */
+  const void* x;
+  int64_t x_row_stride;   /* >= width */
+  const void* bias;       /* width entries, or NULL; must be NULL with transpose */
+  void* y;
+  int64_t y_row_stride;   /* >= width */
+  void* workspace;        /* pygio_spmm_csr_workspace_size bytes, 16-byte aligned;
+                             NULL where that is 0 */
+  void* stream;           /* cudaStream_t on `device`; NULL: the legacy default stream */
+} pygio_spmm_csr_params;
+
+/* *bytes = workspace pygio_spmm_csr needs; depends on the sizes, width,
+ * dtype, transpose and deterministic only (no pointer is read). */
+PYGIO_API int pygio_spmm_csr_workspace_size(const pygio_spmm_csr_params* params,
+                                            size_t* bytes);
+
+/* Enqueues Y = op(A) X (+ bias). Sizes of 0 are allowed (Y gets bias or
+ * zeros; nothing is read). Y is fully overwritten. */
+PYGIO_API int pygio_spmm_csr(const pygio_spmm_csr_params* params);
 
 /* --------------------------------------------------------------- SDDMM ---
  * out[e] = sum_k G[row(e), k] * X[col(e), k] for every entry e of A, in CSR

@@ -86,6 +86,29 @@ class SpmmParams(ctypes.Structure):
     ]
 
 
+class SpmmCsrParams(ctypes.Structure):
+    """Mirror of ``pygio_spmm_csr_params`` (the SpMM kernels of our own)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("values_dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("transpose", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("a", Csr),
+        ("width", ctypes.c_int64),
+        ("values", ctypes.c_void_p),
+        ("x", ctypes.c_void_p),
+        ("x_row_stride", ctypes.c_int64),
+        ("bias", ctypes.c_void_p),
+        ("y", ctypes.c_void_p),
+        ("y_row_stride", ctypes.c_int64),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 class SddmmParams(ctypes.Structure):
     """Mirror of ``pygio_sddmm_params``."""
 
@@ -176,6 +199,9 @@ _SIGNATURES = {
         [ctypes.POINTER(SpmmParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "pygio_spmm_run": ([ctypes.POINTER(SpmmParams)], ctypes.c_int),
     "pygio_spmm_preprocess": ([ctypes.POINTER(SpmmParams)], ctypes.c_int),
+    "pygio_spmm_csr_workspace_size": (
+        [ctypes.POINTER(SpmmCsrParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_spmm_csr": ([ctypes.POINTER(SpmmCsrParams)], ctypes.c_int),
     "pygio_sddmm": ([ctypes.POINTER(SddmmParams)], ctypes.c_int),
     "pygio_csr_add_self_loops": ([ctypes.POINTER(SelfLoopsParams)], ctypes.c_int),
     "pygio_gcn_norm": ([ctypes.POINTER(GcnNormParams)], ctypes.c_int),
@@ -355,6 +381,32 @@ def spmm_preprocess(handle: int, values: Tensor, x: Tensor, out: Tensor,
     optional SpMM preprocessing; the package never calls it."""
     params = _spmm_params(handle, values, x, out, workspace)
     check(library().pygio_spmm_preprocess(ctypes.byref(params)))
+
+
+def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optional[Tensor],
+             out: Tensor, transpose: bool, deterministic: bool) -> None:
+    """Enqueues out = op(A) x (+ bias) with the SpMM kernels of our own on
+    torch's current stream (contract: pygio_spmm_csr in pyg_ioaware.h); A =
+    (rowptr, col, values) has ``out``'s rows (``x``'s with ``transpose``).
+    Allocates the workspace the call needs from torch's caching allocator."""
+    lib = library()
+    num_cols = out.size(0) if transpose else x.size(0)
+    params = SpmmCsrParams(struct_size=ctypes.sizeof(SpmmCsrParams),
+                           dtype=_dtype_code(x.dtype), values_dtype=_dtype_code(values.dtype),
+                           device=x.device.index, transpose=int(transpose),
+                           deterministic=int(deterministic), a=_csr(rowptr, col, num_cols),
+                           width=x.size(1), values=values.data_ptr(), x=x.data_ptr(),
+                           x_row_stride=_row_stride(x, "x"), bias=pointer(bias),
+                           y=out.data_ptr(), y_row_stride=_row_stride(out, "out"),
+                           stream=stream_of(x))
+    ref = ctypes.byref(params)
+    size = ctypes.c_size_t()
+    check(lib.pygio_spmm_csr_workspace_size(ref, ctypes.byref(size)))
+    workspace = None
+    if size.value:
+        workspace = torch.empty(size.value, dtype=torch.uint8, device=x.device)
+        params.workspace = workspace.data_ptr()
+    check(lib.pygio_spmm_csr(ref))
 
 
 def sddmm(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor, out: Tensor) -> None:

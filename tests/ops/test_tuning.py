@@ -91,6 +91,6 @@ def test_registry_rejects_duplicates(family):
 
 def test_spmm_backends_are_registered():
     names = [b.name for b in tuning.backends("spmm")]
-    assert names[0] == "cusparse-alg2" and "torch" in names
+    assert names[0] == "pygio-csr" and "cusparse-alg2" in names and "torch" in names
     cpu = tuning.shape_class("spmm", "forward", 64, torch.float32, torch.device("cpu"), 10, 10)
     assert [b.name for b in tuning.backends("spmm") if b.supports(cpu)] == ["torch"]

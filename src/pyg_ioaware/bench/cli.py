@@ -49,7 +49,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="comma list of case keys (e.g. gcn-d512), names or families, "
                         "'all' or 'none' (default: all)")
     p.add_argument("--dtypes", default="fp32,bf16",
-                   help="comma list of precisions: fp32, bf16 (bf16 = torch.autocast)")
+                   help="comma list of precisions: fp32, bf16, fp16 (16-bit = torch.autocast)")
     p.add_argument("--iters", type=int, default=None,
                    help=f"timed iterations (default 20, with --quick 15, on CPU {CPU_ITERS})")
     p.add_argument("--warmup", type=int, default=None,

@@ -23,7 +23,7 @@ T = TypeVar("T")
 # Name of a precision setting -> autocast dtype (None: plain fp32). Features
 # are created in the autocast dtype: a layer in the middle of a mixed-precision
 # network receives them that way.
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def feature_dtype(precision: str) -> torch.dtype:

@@ -77,6 +77,25 @@ class TorchBackend:
                               call.transpose)
 
 
+class OwnCsrBackend:
+    """The SpMM kernels of our own (cuda/spmm/spmm_kernel.cuh): no plan and
+    nothing kept per structure, so a new graph costs nothing here. Forward
+    rows above the hub degree are split over the SMs and merged with fp32
+    atomics, except under torch.use_deterministic_algorithms; the
+    transposed form scatters with atomics."""
+    name = "pygio-csr"
+
+    def supports(self, shape: tuning.ShapeClass) -> bool:
+        return shape.device != "cpu" and _native.library() is not None
+
+    def run(self, call: SpmmCall) -> Tensor:
+        x = call.x
+        out = torch.empty(call.num_out, x.size(1), dtype=x.dtype, device=x.device)
+        _native.spmm_csr(call.rowptr, call.col, call.values, x, None, out, call.transpose,
+                         torch.are_deterministic_algorithms_enabled())
+        return out
+
+
 class CusparsePlan:
     """A native cuSPARSE SpMM plan and its workspace size. Holds ``col`` so
     its address cannot be reused while the plan lives; the structure's
@@ -141,12 +160,22 @@ class CusparseBackend:
 
 
 # Preference order = the default heuristic (see the module docstring).
-for _backend in (CusparseBackend("cusparse-alg2", 6, transposable=True),
+for _backend in (OwnCsrBackend(),
+                 CusparseBackend("cusparse-alg2", 6, transposable=True),
                  CusparseBackend("cusparse-alg3", 12, transposable=False),
                  CusparseBackend("cusparse-alg1", 4, transposable=True),
                  TorchBackend()):
     tuning.register_backend(FAMILY, _backend)
 del _backend
+
+
+def run_with_backend(name: str, rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor,
+                     num_out: int, transpose: bool) -> Tensor:
+    """Y = op(A) X by the backend called ``name``, whatever the tuner would
+    pick (the benchmark's per-backend kernel table)."""
+    backend = next(b for b in tuning.backends(FAMILY) if b.name == name)
+    return backend.run(SpmmCall(rowptr, col, values, x, num_out, transpose,
+                                structure_state(rowptr)))
 
 
 def run_spmm(call: SpmmCall) -> Tensor:

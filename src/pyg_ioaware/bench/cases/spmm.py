@@ -110,11 +110,13 @@ def _gcn_torch_sparse(work: Workload, ours: Impl) -> Impl:
 
 
 def _gcn_kernels(channels: int) -> Callable[[Workload], List[Kernel]]:
-    """The GCN aggregation alone, forward (A X) and backward (A^T G, over the
-    cached CSR^T), ours and torch.sparse.mm on the same CSR matrices."""
+    """The GCN aggregation alone: forward (A X), backward over the cached
+    CSR^T (A^T G as a plain SpMM) and over A itself (transposed SpMM), by
+    each CUDA backend of ours (the kernels of our own, cuSPARSE's CSR_ALG2)
+    and by torch.sparse.mm on the same CSR matrices."""
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph, ops
-        from pyg_ioaware.ops.spmm import spmm_trusted
+        from pyg_ioaware.ops.spmm_backends import run_with_backend
 
         dtype = feature_dtype(work.precision)
         graph = Graph.from_input(work.edge_index, num_nodes=work.num_nodes)
@@ -126,12 +128,17 @@ def _gcn_kernels(channels: int) -> Callable[[Workload], List[Kernel]]:
         x = torch.randn(n, channels, device=work.device, dtype=dtype)
         g = torch.randn(n, channels, device=work.device, dtype=dtype)
         model = minimal_bytes(nnz, n, channels, x.element_size())
-        kernels = [
-            Kernel("ours A X", lambda: spmm_trusted(graph.rowptr, graph.col, values, x, n,
-                                                    False), model),
-            Kernel("ours A^T G", lambda: spmm_trusted(t.rowptr, t.col, values_t, g, n, False),
-                   model),
-        ]
+        kernels = []
+        backends = ("pygio-csr", "cusparse-alg2") if work.device.type == "cuda" else ("torch",)
+        for name in backends:
+            kernels += [
+                Kernel(f"{name} A X", lambda name=name: run_with_backend(
+                    name, graph.rowptr, graph.col, values, x, n, False), model),
+                Kernel(f"{name} A^T G (CSR^T)", lambda name=name: run_with_backend(
+                    name, t.rowptr, t.col, values_t, g, n, False), model),
+                Kernel(f"{name} A^T G (transposed)", lambda name=name: run_with_backend(
+                    name, graph.rowptr, graph.col, values, g, n, True), model),
+            ]
         with warnings.catch_warnings():  # torch's "sparse CSR is in beta" notes
             warnings.filterwarnings("ignore", message="Sparse", category=UserWarning)
             adj = torch.sparse_csr_tensor(graph.rowptr.long(), graph.col.long(), values, (n, n))

@@ -1,0 +1,203 @@
+// Entry points of the SpMM kernels of our own: checks, workspace layout,
+// vector width and lane-group choice, dtype / index dispatch.
+#include <string>
+
+#include "../common/abi.h"
+#include "../common/device_guard.h"
+#include "../common/grid.h"
+#include "spmm_kernel.cuh"
+
+namespace pygio {
+namespace {
+
+constexpr size_t kAlign = 16;
+
+size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+size_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case PYGIO_FLOAT64: return 8;
+    case PYGIO_FLOAT32: return 4;
+    default: return 2;
+  }
+}
+
+size_t accumulator_size(int32_t dtype) { return dtype == PYGIO_FLOAT64 ? 8 : 4; }
+
+int64_t output_rows(const pygio_spmm_csr_params& p) {
+  return p.transpose ? p.a.num_cols : p.a.num_rows;
+}
+
+// Hub path of the forward: only where a row can exceed the hub degree.
+int64_t forward_hub_slots(const pygio_spmm_csr_params& p) {
+  if (p.transpose || p.deterministic || p.width == 0) return 0;
+  return max_hubs(p.a.num_rows, p.a.nnz);
+}
+
+size_t workspace_bytes(const pygio_spmm_csr_params& p) {
+  const size_t acc = accumulator_size(p.dtype);
+  if (p.transpose)  // 16-bit Y: an fp32 accumulator of Y's shape
+    return element_size(p.dtype) == 2 ? round_up(output_rows(p) * p.width * acc) : 0;
+  const int64_t slots = forward_hub_slots(p);
+  if (slots == 0) return 0;
+  return kAlign + round_up(slots * sizeof(HubEntry)) + round_up(slots * p.width * acc);
+}
+
+// The widest load (16, 8 bytes or one element) that divides the width and
+// both row strides and that every base pointer is aligned to.
+int vector_elements(const pygio_spmm_csr_params& p) {
+  const size_t size = element_size(p.dtype);
+  for (size_t bytes : {size_t{16}, size_t{8}}) {
+    if (bytes <= size) break;
+    const size_t n = bytes / size;
+    const bool fits = p.width % n == 0 && p.x_row_stride % n == 0 && p.y_row_stride % n == 0 &&
+                      reinterpret_cast<uintptr_t>(p.x) % bytes == 0 &&
+                      reinterpret_cast<uintptr_t>(p.y) % bytes == 0;
+    if (fits) return static_cast<int>(n);
+  }
+  return 1;
+}
+
+// log2 of the lanes per group: enough for `pieces` vector pieces, at most a warp.
+int group_shift(int64_t pieces) {
+  int shift = 0;
+  while (shift < 5 && (int64_t{1} << shift) < pieces) ++shift;
+  return shift;
+}
+
+template <typename Traits>
+int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
+  using acc_t = typename Traits::acc_t;
+  HubWorkspace<acc_t> ws{nullptr, nullptr, nullptr};
+  const int64_t slots = forward_hub_slots(p);
+  if (slots > 0) {
+    auto* base = static_cast<char*>(p.workspace);
+    ws.counter = reinterpret_cast<unsigned long long*>(base);
+    ws.hubs = reinterpret_cast<HubEntry*>(base + kAlign);
+    ws.sums = reinterpret_cast<acc_t*>(base + kAlign + round_up(slots * sizeof(HubEntry)));
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(ws.counter, 0, sizeof(unsigned long long), stream));
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(ws.sums, 0, slots * p.width * sizeof(acc_t), stream));
+  }
+  const int shift = group_shift(p.width / Traits::kVec);
+  unsigned grid = 0;
+  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kThreadsPerBlock >> shift,
+                          Traits::kThreadsPerBlock, p.device, &grid));
+  spmm_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
+      p, shift, hub_threshold(p.a.nnz), ws);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  if (slots == 0) return PYGIO_OK;
+  // Every hub chunk is a warp's work; at most nnz / kHubChunk + slots chunks.
+  PYGIO_TRY(resident_grid(p.a.nnz / kHubChunk + slots, Traits::kWarpsPerBlock,
+                          Traits::kThreadsPerBlock, p.device, &grid));
+  spmm_hub_chunks_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, ws);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  PYGIO_TRY(resident_grid(slots, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device,
+                          &grid));
+  spmm_hub_finish_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, ws);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
+template <typename Traits>
+int launch_transposed(const pygio_spmm_csr_params& p, cudaStream_t stream) {
+  using acc_t = typename Traits::acc_t;
+  using scalar_t = typename Traits::scalar_t;
+  const int64_t num_out = output_rows(p);
+  const bool direct = sizeof(scalar_t) == sizeof(acc_t);  // Y is its own accumulator
+  acc_t* acc = direct ? static_cast<acc_t*>(p.y) : static_cast<acc_t*>(p.workspace);
+  const int64_t acc_stride = direct ? p.y_row_stride : p.width;
+  PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0,
+                                     p.width * sizeof(acc_t), num_out, stream));
+  if (p.a.nnz > 0) {
+    const int shift = group_shift(p.width / Traits::kVec);
+    unsigned grid = 0;
+    PYGIO_TRY(resident_grid((p.a.nnz + kScatterChunk - 1) / kScatterChunk,
+                            Traits::kThreadsPerBlock >> shift, Traits::kThreadsPerBlock,
+                            p.device, &grid));
+    spmm_scatter_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shift, acc,
+                                                                              acc_stride);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  if (direct) return PYGIO_OK;
+  unsigned grid = 0;
+  PYGIO_TRY(resident_grid(num_out * p.width, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
+                          p.device, &grid));
+  spmm_cast_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, num_out, acc);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
+template <typename scalar_t, typename value_t, typename index_t>
+int launch(const pygio_spmm_csr_params& p) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  auto run = [&](auto traits) {
+    using Traits = decltype(traits);
+    return p.transpose ? launch_transposed<Traits>(p, stream) : launch_forward<Traits>(p, stream);
+  };
+  constexpr int kWide = 16 / sizeof(scalar_t), kHalf = 8 / sizeof(scalar_t);
+  const int vec = vector_elements(p);
+  if (vec == kWide) return run(SpmmTraits<scalar_t, value_t, index_t, kWide>{});
+  if (kHalf > 1 && vec == kHalf) return run(SpmmTraits<scalar_t, value_t, index_t, kHalf>{});
+  return run(SpmmTraits<scalar_t, value_t, index_t, 1>{});
+}
+
+// Binds value_t: the features' type, or float for 16-bit features.
+template <typename scalar_t>
+int dispatch_values(const pygio_spmm_csr_params& p) {
+  return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
+    if (p.values_dtype != p.dtype) return launch<scalar_t, float, index_t>(p);
+    return launch<scalar_t, scalar_t, index_t>(p);
+  });
+}
+
+int check_spmm_csr(const pygio_spmm_csr_params& p, const char* entry) {
+  PYGIO_TRY(check_csr(p.a, entry));
+  PYGIO_TRY(check_dtype(p.dtype, entry));
+  const bool half = element_size(p.dtype) == 2;
+  PYGIO_CHECK_ARG(p.values_dtype == p.dtype || (half && p.values_dtype == PYGIO_FLOAT32),
+                  entry_message(entry, "values_dtype must be dtype, or float32 for 16-bit "
+                                       "dtypes"));
+  PYGIO_CHECK_ARG(p.transpose == 0 || p.transpose == 1,
+                  entry_message(entry, "transpose must be 0 or 1"));
+  PYGIO_CHECK_ARG(!(p.transpose && (p.deterministic || p.bias != nullptr)),
+                  entry_message(entry, "the transposed SpMM takes no bias and uses atomics"));
+  PYGIO_CHECK_ARG(p.width >= 0, entry_message(entry, "width must be non-negative"));
+  if (output_rows(p) == 0 || p.width == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.y != nullptr, entry_message(entry, "y must not be NULL"));
+  PYGIO_TRY(check_row_stride(p.y_row_stride, p.width, "y", entry));
+  PYGIO_CHECK_ARG(workspace_bytes(p) == 0 || p.workspace != nullptr,
+                  entry_message(entry, "this call needs a workspace"));
+  PYGIO_CHECK_ARG(reinterpret_cast<uintptr_t>(p.workspace) % kAlign == 0,
+                  entry_message(entry, "workspace must be 16-byte aligned"));
+  if (p.a.nnz == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.values != nullptr && p.x != nullptr,
+                  entry_message(entry, "values and x must not be NULL"));
+  PYGIO_TRY(check_row_stride(p.x_row_stride, p.width, "x", entry));
+  return PYGIO_OK;
+}
+
+}  // namespace
+}  // namespace pygio
+
+extern "C" int pygio_spmm_csr_workspace_size(const pygio_spmm_csr_params* params,
+                                             size_t* bytes) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
+  PYGIO_TRY(check_csr(params->a, __func__));
+  PYGIO_TRY(check_dtype(params->dtype, __func__));
+  PYGIO_CHECK_ARG(params->width >= 0, entry_message(__func__, "width must be non-negative"));
+  *bytes = workspace_bytes(*params);
+  return ok();
+}
+
+extern "C" int pygio_spmm_csr(const pygio_spmm_csr_params* params) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_spmm_csr(*params, __func__));
+  if (output_rows(*params) == 0 || params->width == 0) return ok();
+  DeviceGuard guard;
+  PYGIO_TRY(guard.set(params->device));
+  PYGIO_TRY(PYGIO_DISPATCH_DTYPE(params->dtype, [&] { return dispatch_values<scalar_t>(*params); }));
+  return ok();
+}
