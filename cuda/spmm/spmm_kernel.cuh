@@ -1,19 +1,24 @@
 // SpMM kernels of our own (contract: pygio_spmm_csr in pyg_ioaware.h).
 //
+// Every kernel gives a row (or a chunk of entries) to one warp, laid out by
+// WarpLayout: `lanes` lanes span the row's features (kPieces pieces of kVec
+// elements each, 16-byte loads where alignment allows) and the warp's
+// sub-groups take interleaved entries, each lane keeping kUnroll gathered
+// loads in flight.
+//
 // Forward, Y[r] = sum_{e in row r} values[e] X[col[e]] (+ bias):
-//  - spmm_rows_kernel: a group of lanes per row (the group as wide as the
-//    row's kVec-element pieces need, up to a warp), grid-stride over rows;
-//    each lane keeps kEdgeUnroll gathered loads in flight and writes its
-//    piece of the row once, bias added and cast. A row above the hub degree
-//    is only registered (one 64-bit atomic gives its slot and first chunk).
-//  - spmm_hub_chunks_kernel: one warp per kHubChunk-entry chunk of a hub
-//    row, all hubs' chunks spread over the grid, partial sums merged into
-//    the hub's accumulator row with fp32 (fp64) atomics;
+//  - spmm_rows_kernel: a warp per row, grid-stride over rows, sub-group
+//    sums merged with shuffles, the row written once with bias and cast. A
+//    row above the hub threshold is only registered (one 64-bit atomic
+//    gives its slot and its first chunk).
+//  - spmm_hub_chunks_kernel: a warp per kHubChunk-entry chunk of a hub row,
+//    all hubs' chunks spread over the grid, partial sums merged into the
+//    hub's accumulator row with atomics;
 //  - spmm_hub_finish_kernel: hub accumulator + bias -> Y.
 // Transposed, Y[c] = sum_{e: col[e] = c} values[e] X[row(e)]:
-//  - spmm_scatter_kernel: balanced chunks of kScatterChunk entries per lane
-//    group (the first entry's row found by binary search in rowptr), each
-//    entry's scaled source row added with atomics into an accumulator;
+//  - spmm_scatter_kernel: a warp per kScatterChunk entries (the first
+//    entry's row found by binary search in rowptr), each entry's scaled
+//    source row added with vector atomics into an accumulator;
 //  - spmm_cast_kernel: that accumulator -> Y for 16-bit Y.
 #pragma once
 
@@ -22,38 +27,74 @@
 
 namespace pygio {
 
-// Lane `lane` of a group: acc[i] = sum over entries [begin, end) of
-// values[e] * x[col[e], k + i], kEdgeUnroll gathered loads in flight.
 template <typename Traits>
-__device__ __forceinline__ void gather_rows(
-    const typename Traits::index_t* __restrict__ col,
-    const typename Traits::value_t* __restrict__ values,
-    const typename Traits::scalar_t* __restrict__ x, int64_t x_row_stride, int64_t k,
-    int64_t begin, int64_t end, typename Traits::acc_t (&acc)[Traits::kVec]) {
+using RowAcc = typename Traits::acc_t[Traits::kPieces][Traits::kVec];
+
+// This lane's share of sum over entries [begin, end) of values[e] *
+// x[col[e], pieces of this lane from piece_base], summed over the warp's
+// sub-groups (valid in the lanes of sub-group 0). Every lane of the warp
+// must call it with the same arguments but `lane`.
+template <typename Traits>
+__device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, WarpLayout layout,
+                                            int lane, int64_t piece_base, int64_t begin,
+                                            int64_t end, RowAcc<Traits>& acc) {
   using scalar_t = typename Traits::scalar_t;
+  using value_t = typename Traits::value_t;
+  using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
-  constexpr int U = Traits::kEdgeUnroll;
-  constexpr int V = Traits::kVec;
-  int64_t e = begin;
-  for (; e + U <= end; e += U) {
-    Pack<scalar_t, V> packs[U];
-    acc_t scales[U];
+  constexpr int V = Traits::kVec, P = Traits::kPieces, U = Traits::kUnroll;
+  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
+  const auto* __restrict__ values = static_cast<const value_t*>(p.values);
+  const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
+  const int64_t pieces = p.width / V;
+  const int sub = layout.sub_group(lane), subs = layout.sub_groups();
+  const int64_t first_piece = piece_base + layout.lane_in_group(lane);
+
+#pragma unroll
+  for (int q = 0; q < P; ++q)
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[q][i] = 0;
+  for (int64_t e0 = begin + sub; e0 < end; e0 += static_cast<int64_t>(subs) * U) {
+    int64_t src[U];
+    acc_t scale[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t src = static_cast<int64_t>(col[e + u]);
-      packs[u] = *reinterpret_cast<const Pack<scalar_t, V>*>(x + src * x_row_stride + k);
-      scales[u] = static_cast<acc_t>(DTypeTraits<typename Traits::value_t>::load(values[e + u]));
+      const int64_t e = e0 + static_cast<int64_t>(subs) * u;
+      src[u] = e < end ? static_cast<int64_t>(col[e]) : -1;
+      scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e])) : acc_t(0);
     }
+    Pack<scalar_t, V> packs[U][P];
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int i = 0; i < V; ++i) acc[i] += scales[u] * DTypeTraits<scalar_t>::load(packs[u].v[i]);
+      for (int q = 0; q < P; ++q) {
+        const int64_t piece = first_piece + static_cast<int64_t>(q) * layout.lanes();
+        if (src[u] >= 0 && piece < pieces)
+          packs[u][q] = *reinterpret_cast<const Pack<scalar_t, V>*>(
+              x + src[u] * p.x_row_stride + piece * V);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int q = 0; q < P; ++q) {
+        const int64_t piece = first_piece + static_cast<int64_t>(q) * layout.lanes();
+        if (src[u] >= 0 && piece < pieces)
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+            acc[q][i] += scale[u] * DTypeTraits<scalar_t>::load(packs[u][q].v[i]);
+      }
   }
-  for (; e < end; ++e) {
-    const int64_t src = static_cast<int64_t>(col[e]);
-    fma_pack<V>(x + src * x_row_stride + k,
-                static_cast<acc_t>(DTypeTraits<typename Traits::value_t>::load(values[e])), acc);
-  }
+  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
+#pragma unroll
+    for (int q = 0; q < P; ++q)
+#pragma unroll
+      for (int i = 0; i < V; ++i) acc[q][i] += __shfl_xor_sync(0xffffffffu, acc[q][i], offset);
+}
+
+// Pieces one warp pass covers.
+template <typename Traits>
+__device__ __forceinline__ int64_t pieces_per_pass(WarpLayout layout) {
+  return static_cast<int64_t>(layout.lanes()) * Traits::kPieces;
 }
 
 template <typename Traits>
@@ -66,52 +107,58 @@ __device__ __forceinline__ void register_hub(const HubWorkspace<typename Traits:
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    spmm_rows_kernel(const __grid_constant__ pygio_spmm_csr_params p, int group_shift,
-                     int64_t hub_degree, const HubWorkspace<typename Traits::acc_t> ws) {
-  using scalar_t = typename Traits::scalar_t;
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
+    spmm_rows_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
+                     const HubWorkspace<typename Traits::acc_t> ws) {
   using value_t = typename Traits::value_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec;
+  constexpr int V = Traits::kVec, P = Traits::kPieces;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
-  const auto* __restrict__ values = static_cast<const value_t*>(p.values);
-  const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const auto* __restrict__ bias = static_cast<const value_t*>(p.bias);
-  auto* __restrict__ y = static_cast<scalar_t*>(p.y);
-
-  const int lanes = 1 << group_shift;
-  const int lane = threadIdx.x & (lanes - 1);
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> group_shift;
+  auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.y);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t pieces = p.width / V;
-  for (int64_t row = thread >> group_shift; row < p.a.num_rows; row += groups) {
-    const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    if (ws.hubs != nullptr && end - begin > hub_degree) {
+  int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                threadIdx.x / kWarpSize;
+  int64_t next_begin = 0, next_end = 0;
+  if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
+  for (; row < p.a.num_rows; row += warps) {
+    // The next row's extent is loaded before this row's work: its latency hides behind it.
+    const int64_t begin = next_begin, end = next_end;
+    if (row + warps < p.a.num_rows)
+      next_begin = rowptr[row + warps], next_end = rowptr[row + warps + 1];
+    if (ws.hubs != nullptr && end - begin > ws.threshold) {
       if (lane == 0) register_hub<Traits>(ws, row, end - begin);
       continue;
     }
-    for (int64_t piece = lane; piece < pieces; piece += lanes) {
-      const int64_t k = piece * V;
-      acc_t acc[V] = {};
-      gather_rows<Traits>(col, values, x, p.x_row_stride, k, begin, end, acc);
-      if (bias != nullptr) {
+    for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
+      RowAcc<Traits> acc;
+      warp_gather<Traits>(p, layout, lane, base, begin, end, acc);
+      if (layout.sub_group(lane) != 0) continue;
 #pragma unroll
-        for (int i = 0; i < V; ++i) acc[i] += static_cast<acc_t>(DTypeTraits<value_t>::load(bias[k + i]));
+      for (int q = 0; q < P; ++q) {
+        const int64_t piece = base + layout.lane_in_group(lane) + static_cast<int64_t>(q) * layout.lanes();
+        if (piece >= pieces) continue;
+        const int64_t k = piece * V;
+        if (bias != nullptr) {
+#pragma unroll
+          for (int i = 0; i < V; ++i)
+            acc[q][i] += static_cast<acc_t>(DTypeTraits<value_t>::load(bias[k + i]));
+        }
+        store_pack<V>(y + row * p.y_row_stride + k, acc[q]);
       }
-      store_pack<V>(y + row * p.y_row_stride + k, acc);
     }
   }
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    spmm_hub_chunks_kernel(const __grid_constant__ pygio_spmm_csr_params p,
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
+    spmm_hub_chunks_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
                            const HubWorkspace<typename Traits::acc_t> ws) {
   using index_t = typename Traits::index_t;
-  using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec;
+  constexpr int V = Traits::kVec, P = Traits::kPieces;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const unsigned long long counter = *ws.counter;
   const int64_t num_hubs = static_cast<int64_t>(counter >> kHubCountShift);
@@ -131,22 +178,21 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     const int64_t begin = rowptr[hub.row] + (chunk - hub.first_chunk) * kHubChunk;
     const int64_t row_end = rowptr[hub.row + 1];
     const int64_t end = begin + kHubChunk < row_end ? begin + kHubChunk : row_end;
-    acc_t* sums = ws.sums + lo * p.width;
-    for (int64_t piece = lane; piece < pieces; piece += kWarpSize) {
-      const int64_t k = piece * V;
-      acc_t acc[V] = {};
-      gather_rows<Traits>(static_cast<const index_t*>(p.a.col),
-                          static_cast<const typename Traits::value_t*>(p.values),
-                          static_cast<const typename Traits::scalar_t*>(p.x), p.x_row_stride, k,
-                          begin, end, acc);
+    for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
+      RowAcc<Traits> acc;
+      warp_gather<Traits>(p, layout, lane, base, begin, end, acc);
+      if (layout.sub_group(lane) != 0) continue;
 #pragma unroll
-      for (int i = 0; i < V; ++i) atomicAdd(sums + k + i, acc[i]);
+      for (int q = 0; q < P; ++q) {
+        const int64_t piece = base + layout.lane_in_group(lane) + static_cast<int64_t>(q) * layout.lanes();
+        if (piece < pieces) atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, acc[q]);
+      }
     }
   }
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     spmm_hub_finish_kernel(const __grid_constant__ pygio_spmm_csr_params p,
                            const HubWorkspace<typename Traits::acc_t> ws) {
   using value_t = typename Traits::value_t;
@@ -168,28 +214,28 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// acc_out (row stride out_row_stride) += A^T X, accumulator type.
+// acc_out (row stride out_row_stride) += A^T X, in the accumulator type.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    spmm_scatter_kernel(const __grid_constant__ pygio_spmm_csr_params p, int group_shift,
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
+    spmm_scatter_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
                         typename Traits::acc_t* __restrict__ acc_out, int64_t out_row_stride) {
   using scalar_t = typename Traits::scalar_t;
   using value_t = typename Traits::value_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec;
+  constexpr int V = Traits::kVec, P = Traits::kPieces;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
   const auto* __restrict__ values = static_cast<const value_t*>(p.values);
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
-
-  const int lanes = 1 << group_shift;
-  const int lane = threadIdx.x & (lanes - 1);
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t groups = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> group_shift;
+  const int lane = threadIdx.x % kWarpSize;
+  const int sub = layout.sub_group(lane), subs = layout.sub_groups();
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t pieces = p.width / V;
   const int64_t num_chunks = (p.a.nnz + kScatterChunk - 1) / kScatterChunk;
-  for (int64_t chunk = thread >> group_shift; chunk < num_chunks; chunk += groups) {
+  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                       threadIdx.x / kWarpSize;
+       chunk < num_chunks; chunk += warps) {
     const int64_t first = chunk * kScatterChunk;
     const int64_t last = first + kScatterChunk < p.a.nnz ? first + kScatterChunk : p.a.nnz;
     int64_t lo = 0, hi = p.a.num_rows - 1;  // the row holding entry `first`
@@ -197,18 +243,23 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       const int64_t mid = (lo + hi + 1) / 2;
       if (static_cast<int64_t>(rowptr[mid]) <= first) lo = mid; else hi = mid - 1;
     }
-    int64_t row = lo, row_end = rowptr[row + 1];
-    for (int64_t e = first; e < last; ++e) {
-      while (e >= row_end) row_end = rowptr[++row + 1];
-      const acc_t scale = static_cast<acc_t>(DTypeTraits<value_t>::load(values[e]));
-      acc_t* out_row = acc_out + static_cast<int64_t>(col[e]) * out_row_stride;
-      for (int64_t piece = lane; piece < pieces; piece += lanes) {
-        const int64_t k = piece * V;
-        const Pack<scalar_t, V> pack =
-            *reinterpret_cast<const Pack<scalar_t, V>*>(x + row * p.x_row_stride + k);
+    for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
+      int64_t row = lo, row_end = rowptr[lo + 1];
+      for (int64_t e = first + sub; e < last; e += subs) {
+        while (e >= row_end) row_end = rowptr[++row + 1];
+        const acc_t scale = static_cast<acc_t>(DTypeTraits<value_t>::load(values[e]));
+        acc_t* out_row = acc_out + static_cast<int64_t>(col[e]) * out_row_stride;
 #pragma unroll
-        for (int i = 0; i < V; ++i)
-          atomicAdd(out_row + k + i, scale * DTypeTraits<scalar_t>::load(pack.v[i]));
+        for (int q = 0; q < P; ++q) {
+          const int64_t piece = base + layout.lane_in_group(lane) + static_cast<int64_t>(q) * layout.lanes();
+          if (piece >= pieces) continue;
+          const Pack<scalar_t, V> pack =
+              *reinterpret_cast<const Pack<scalar_t, V>*>(x + row * p.x_row_stride + piece * V);
+          acc_t add[V];
+#pragma unroll
+          for (int i = 0; i < V; ++i) add[i] = scale * DTypeTraits<scalar_t>::load(pack.v[i]);
+          atomic_add_pack<V>(out_row + piece * V, add);
+        }
       }
     }
   }
@@ -216,7 +267,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 
 // y[r, k] = acc[r * width + k] in Y's type.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     spmm_cast_kernel(const __grid_constant__ pygio_spmm_csr_params p, int64_t num_out,
                      const typename Traits::acc_t* __restrict__ acc) {
   auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.y);

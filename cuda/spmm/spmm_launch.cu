@@ -1,6 +1,7 @@
 // Entry points of the SpMM kernels of our own: checks, workspace layout,
 // vector width and lane-group choice, dtype / index dispatch.
 #include <string>
+#include <type_traits>
 
 #include "../common/abi.h"
 #include "../common/device_guard.h"
@@ -28,10 +29,13 @@ int64_t output_rows(const pygio_spmm_csr_params& p) {
   return p.transpose ? p.a.num_cols : p.a.num_rows;
 }
 
-// Hub path of the forward: only where a row can exceed the hub degree.
+// Hub path of the forward: only where a row can exceed the hub threshold.
+int64_t forward_hub_threshold(const pygio_spmm_csr_params& p) {
+  return hub_threshold(p.a.nnz, p.width, accumulator_size(p.dtype));
+}
 int64_t forward_hub_slots(const pygio_spmm_csr_params& p) {
   if (p.transpose || p.deterministic || p.width == 0) return 0;
-  return max_hubs(p.a.num_rows, p.a.nnz);
+  return max_hubs(p.a.num_rows, p.a.nnz, forward_hub_threshold(p));
 }
 
 size_t workspace_bytes(const pygio_spmm_csr_params& p) {
@@ -58,17 +62,22 @@ int vector_elements(const pygio_spmm_csr_params& p) {
   return 1;
 }
 
-// log2 of the lanes per group: enough for `pieces` vector pieces, at most a warp.
-int group_shift(int64_t pieces) {
+// Whether a lane holds several pieces of a row (Traits::wide_pieces()):
+// rows of 64 pieces or more.
+bool wide_row(int64_t pieces) { return pieces >= 64; }
+
+// Lanes spanning a row: enough for its pieces, at most a warp.
+WarpLayout warp_layout(int64_t pieces, int per_lane) {
+  const int64_t needed = (pieces + per_lane - 1) / per_lane;
   int shift = 0;
-  while (shift < 5 && (int64_t{1} << shift) < pieces) ++shift;
-  return shift;
+  while (shift < 5 && (int64_t{1} << shift) < needed) ++shift;
+  return WarpLayout{shift};
 }
 
 template <typename Traits>
 int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   using acc_t = typename Traits::acc_t;
-  HubWorkspace<acc_t> ws{nullptr, nullptr, nullptr};
+  HubWorkspace<acc_t> ws{nullptr, nullptr, nullptr, forward_hub_threshold(p)};
   const int64_t slots = forward_hub_slots(p);
   if (slots > 0) {
     auto* base = static_cast<char*>(p.workspace);
@@ -78,18 +87,18 @@ int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
     PYGIO_CHECK_CUDA(cudaMemsetAsync(ws.counter, 0, sizeof(unsigned long long), stream));
     PYGIO_CHECK_CUDA(cudaMemsetAsync(ws.sums, 0, slots * p.width * sizeof(acc_t), stream));
   }
-  const int shift = group_shift(p.width / Traits::kVec);
+  const WarpLayout layout = warp_layout(p.width / Traits::kVec, Traits::kPieces);
   unsigned grid = 0;
-  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kThreadsPerBlock >> shift,
-                          Traits::kThreadsPerBlock, p.device, &grid));
-  spmm_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
-      p, shift, hub_threshold(p.a.nnz), ws);
+  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                          p.device, &grid));
+  spmm_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, ws);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   if (slots == 0) return PYGIO_OK;
   // Every hub chunk is a warp's work; at most nnz / kHubChunk + slots chunks.
   PYGIO_TRY(resident_grid(p.a.nnz / kHubChunk + slots, Traits::kWarpsPerBlock,
                           Traits::kThreadsPerBlock, p.device, &grid));
-  spmm_hub_chunks_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, ws);
+  spmm_hub_chunks_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout,
+                                                                                 ws);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   PYGIO_TRY(resident_grid(slots, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device,
                           &grid));
@@ -109,12 +118,11 @@ int launch_transposed(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0,
                                      p.width * sizeof(acc_t), num_out, stream));
   if (p.a.nnz > 0) {
-    const int shift = group_shift(p.width / Traits::kVec);
+    const WarpLayout layout = warp_layout(p.width / Traits::kVec, Traits::kPieces);
     unsigned grid = 0;
     PYGIO_TRY(resident_grid((p.a.nnz + kScatterChunk - 1) / kScatterChunk,
-                            Traits::kThreadsPerBlock >> shift, Traits::kThreadsPerBlock,
-                            p.device, &grid));
-    spmm_scatter_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shift, acc,
+                            Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
+    spmm_scatter_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, acc,
                                                                               acc_stride);
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
@@ -130,22 +138,32 @@ int launch_transposed(const pygio_spmm_csr_params& p, cudaStream_t stream) {
 template <typename scalar_t, typename value_t, typename index_t>
 int launch(const pygio_spmm_csr_params& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  auto run = [&](auto traits) {
-    using Traits = decltype(traits);
-    return p.transpose ? launch_transposed<Traits>(p, stream) : launch_forward<Traits>(p, stream);
+  const int vec = vector_elements(p);
+  const bool wide = wide_row(p.width / vec);
+  auto run = [&](auto vec_constant) {
+    constexpr int kVec = decltype(vec_constant)::value;
+    auto go = [&](auto traits) {
+      using Traits = decltype(traits);
+      return p.transpose ? launch_transposed<Traits>(p, stream)
+                         : launch_forward<Traits>(p, stream);
+    };
+    using Narrow = SpmmTraits<scalar_t, value_t, index_t, kVec, 1>;
+    if (wide) return go(SpmmTraits<scalar_t, value_t, index_t, kVec, Narrow::wide_pieces()>{});
+    return go(Narrow{});
   };
   constexpr int kWide = 16 / sizeof(scalar_t), kHalf = 8 / sizeof(scalar_t);
-  const int vec = vector_elements(p);
-  if (vec == kWide) return run(SpmmTraits<scalar_t, value_t, index_t, kWide>{});
-  if (kHalf > 1 && vec == kHalf) return run(SpmmTraits<scalar_t, value_t, index_t, kHalf>{});
-  return run(SpmmTraits<scalar_t, value_t, index_t, 1>{});
+  if (vec == kWide) return run(std::integral_constant<int, kWide>{});
+  if (kHalf > 1 && vec == kHalf) return run(std::integral_constant<int, kHalf>{});
+  return run(std::integral_constant<int, 1>{});
 }
 
 // Binds value_t: the features' type, or float for 16-bit features.
 template <typename scalar_t>
 int dispatch_values(const pygio_spmm_csr_params& p) {
   return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
-    if (p.values_dtype != p.dtype) return launch<scalar_t, float, index_t>(p);
+    if constexpr (sizeof(scalar_t) == 2) {
+      if (p.values_dtype != p.dtype) return launch<scalar_t, float, index_t>(p);
+    }
     return launch<scalar_t, scalar_t, index_t>(p);
   });
 }

@@ -1,6 +1,7 @@
 // Compile-time shape of the SpMM kernels of our own: element, edge-value
-// and index types, the vector of features each lane loads (kVec elements,
-// up to 16 bytes) and the block size; plus the work-splitting constants.
+// and index types, the vector each lane loads (kVec elements, up to 16
+// bytes), how many such pieces of a row a lane holds (kPieces) and how many
+// entries it keeps in flight (kUnroll); plus the work-splitting constants.
 #pragma once
 
 #include <stdint.h>
@@ -11,38 +12,62 @@
 
 namespace pygio {
 
-template <typename scalar_t_, typename value_t_, typename index_t_, int kVec_>
+template <typename scalar_t_, typename value_t_, typename index_t_, int kVec_, int kPieces_>
 struct SpmmTraits {
   using scalar_t = scalar_t_;  // X and Y
   using value_t = value_t_;    // edge values and bias: scalar_t, or float for 16-bit scalar_t
   using index_t = index_t_;    // int32_t or int64_t (rowptr and col)
   using acc_t = typename DTypeTraits<scalar_t>::acc;  // float, double for double
 
-  static constexpr int kVec = kVec_;  // features per lane per load
+  static constexpr int kVec = kVec_;        // features per load
+  static constexpr int kPieces = kPieces_;  // kVec-wide pieces of a row per lane
+  static constexpr int kUnroll = kPieces >= 4 ? 1 : 4 / kPieces;  // entries in flight per lane
   static constexpr int kThreadsPerBlock = 256;
   static constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
-  static constexpr int kEdgeUnroll = 4;  // edges in flight per lane
+  static constexpr int kMinBlocksPerSm = 3;  // caps registers at 80 a thread (3/4 occupancy)
+
+  // Pieces a lane holds for wide rows: 16 accumulators at most; 16-bit
+  // rows rather take two passes with more entries in flight (measured
+  // faster on an H200, and without register spills).
+  static constexpr int wide_pieces() {
+    return sizeof(scalar_t) == 2 ? 1 : (16 / kVec < 4 ? 16 / kVec : 4);
+  }
 
   static_assert(sizeof(scalar_t) * kVec <= 16, "a lane loads at most 16 bytes at once");
+  static_assert(kPieces >= 1 && kPieces <= 4, "a lane holds 1 to 4 pieces");
   static_assert(sizeof(index_t) == 4 || sizeof(index_t) == 8, "index_t is int32 or int64");
 };
 
-// Rows with more entries than this (or than nnz / kMaxHubs, whichever is
-// larger) are hubs: split into kHubChunk-entry chunks, one warp each.
-constexpr int64_t kHubDegree = 512;
-constexpr int64_t kHubChunk = 256;
-constexpr int64_t kMaxHubs = 8192;
-// Entries per lane group in the transposed (scatter) kernel.
-constexpr int64_t kScatterChunk = 32;
+// How a warp covers a row: `lanes` (a power of two) lanes span kPieces *
+// lanes pieces of the row; the warp's 32 / lanes sub-groups take every
+// (32 / lanes)-th entry and are summed with shuffles at the end.
+struct WarpLayout {
+  int shift;  // log2(lanes)
+  __device__ int lanes() const { return 1 << shift; }
+  __device__ int sub_group(int lane) const { return lane >> shift; }
+  __device__ int sub_groups() const { return kWarpSize >> shift; }
+  __device__ int lane_in_group(int lane) const { return lane & ((1 << shift) - 1); }
+};
 
-// The hub-degree threshold for a matrix of nnz entries, and how many rows
-// can exceed it (each has more than threshold entries).
-inline int64_t hub_threshold(int64_t nnz) {
-  const int64_t by_count = (nnz + kMaxHubs - 1) / kMaxHubs;
-  return by_count > kHubDegree ? by_count : kHubDegree;
+// Rows with more entries than the hub degree are hubs: split into
+// kHubChunk-entry chunks, one warp each, merged with atomics into one
+// accumulator row per hub. The hub degree is kHubDegree, raised where
+// needed so that the accumulators of every possible hub fit in
+// kHubScratchBytes.
+constexpr int64_t kHubDegree = 256;
+constexpr int64_t kHubChunk = 128;
+constexpr int64_t kHubScratchBytes = int64_t{64} << 20;
+// Entries per warp in the transposed (scatter) kernel.
+constexpr int64_t kScatterChunk = 64;
+
+inline int64_t hub_threshold(int64_t nnz, int64_t width, int64_t acc_size) {
+  const int64_t slots = kHubScratchBytes / (width * acc_size > 0 ? width * acc_size : 1);
+  const int64_t by_scratch = nnz / (slots > 0 ? slots : 1);
+  return by_scratch > kHubDegree ? by_scratch : kHubDegree;
 }
-inline int64_t max_hubs(int64_t num_rows, int64_t nnz) {
-  const int64_t bound = nnz / (hub_threshold(nnz) + 1);
+// Rows that can exceed the threshold (each has more than threshold entries).
+inline int64_t max_hubs(int64_t num_rows, int64_t nnz, int64_t threshold) {
+  const int64_t bound = nnz / (threshold + 1);
   return bound < num_rows ? bound : num_rows;
 }
 
@@ -60,6 +85,7 @@ struct HubWorkspace {
   unsigned long long* counter;
   HubEntry* hubs;
   acc_t* sums;  // [max_hubs, width]
+  int64_t threshold;
 };
 
 constexpr int kHubCountShift = 40;

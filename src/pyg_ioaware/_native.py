@@ -18,6 +18,7 @@ import glob
 import os
 import pathlib
 import sys
+import threading
 from typing import Optional
 
 import torch
@@ -383,6 +384,21 @@ def spmm_preprocess(handle: int, values: Tensor, x: Tensor, out: Tensor,
     check(library().pygio_spmm_preprocess(ctypes.byref(params)))
 
 
+_SPMM_CSR_PARAMS = threading.local()
+
+
+def _spmm_csr_params() -> SpmmCsrParams:
+    """This thread's ``pygio_spmm_csr_params``, reused call after call:
+    filling fields costs a third of building a struct anew, and the SpMM of
+    a small graph is bound by such host costs."""
+    params = getattr(_SPMM_CSR_PARAMS, "params", None)
+    if params is None:
+        params = _SPMM_CSR_PARAMS.params = SpmmCsrParams(
+            struct_size=ctypes.sizeof(SpmmCsrParams))
+        _SPMM_CSR_PARAMS.ref = ctypes.byref(params)
+    return params
+
+
 def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optional[Tensor],
              out: Tensor, transpose: bool, deterministic: bool) -> None:
     """Enqueues out = op(A) x (+ bias) with the SpMM kernels of our own on
@@ -390,22 +406,25 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optio
     (rowptr, col, values) has ``out``'s rows (``x``'s with ``transpose``).
     Allocates the workspace the call needs from torch's caching allocator."""
     lib = library()
-    num_cols = out.size(0) if transpose else x.size(0)
-    params = SpmmCsrParams(struct_size=ctypes.sizeof(SpmmCsrParams),
-                           dtype=_dtype_code(x.dtype), values_dtype=_dtype_code(values.dtype),
-                           device=x.device.index, transpose=int(transpose),
-                           deterministic=int(deterministic), a=_csr(rowptr, col, num_cols),
-                           width=x.size(1), values=values.data_ptr(), x=x.data_ptr(),
-                           x_row_stride=_row_stride(x, "x"), bias=pointer(bias),
-                           y=out.data_ptr(), y_row_stride=_row_stride(out, "out"),
-                           stream=stream_of(x))
-    ref = ctypes.byref(params)
+    if rowptr.dtype != col.dtype:
+        raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
+                        f"index dtype")
+    p = _spmm_csr_params()
+    p.dtype, p.values_dtype = _dtype_code(x.dtype), _dtype_code(values.dtype)
+    p.device, p.transpose, p.deterministic = x.device.index, transpose, deterministic
+    p.a = Csr(rowptr.data_ptr(), col.data_ptr(), rowptr.numel() - 1,
+              out.size(0) if transpose else x.size(0), col.numel(), index_bits(rowptr.dtype))
+    p.width, p.values, p.bias = x.size(1), values.data_ptr(), pointer(bias)
+    p.x, p.x_row_stride = x.data_ptr(), _row_stride(x, "x")
+    p.y, p.y_row_stride = out.data_ptr(), _row_stride(out, "out")
+    p.workspace, p.stream = None, stream_of(x)
+    ref = _SPMM_CSR_PARAMS.ref
     size = ctypes.c_size_t()
     check(lib.pygio_spmm_csr_workspace_size(ref, ctypes.byref(size)))
     workspace = None
     if size.value:
         workspace = torch.empty(size.value, dtype=torch.uint8, device=x.device)
-        params.workspace = workspace.data_ptr()
+        p.workspace = workspace.data_ptr()
     check(lib.pygio_spmm_csr(ref))
 
 

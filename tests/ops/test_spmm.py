@@ -72,6 +72,22 @@ def test_gradcheck_cpu():
     assert torch.autograd.gradgradcheck(lambda x: fn(x, w.detach()), (x,))
 
 
+@pytest.mark.parametrize("transpose", [False, True])
+def test_fused_bias_gradcheck_cpu(transpose):
+    """Y = op(A) X + b: gradients in x, values and the bias."""
+    graph = Graph.from_edge_index(random_graph(12, 9, 40, seed=16), (12, 9))
+    values = torch.rand(graph.num_edges, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(9 if transpose else 12, 5, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    num_out = 12 if transpose else 9
+    fn = lambda v, x, b: SpmmFunction.apply(  # noqa: E731
+        graph.rowptr, graph.col, v, None, None, None, x, transpose, num_out, None, b)
+    assert torch.autograd.gradcheck(fn, (values, x, bias))
+    plain = SpmmFunction.apply(graph.rowptr, graph.col, values, None, None, None, x,
+                               transpose, num_out)
+    assert torch.allclose(fn(values, x, bias), plain + bias)
+
+
 def op_sample_inputs(device, dtype=torch.float32):
     """Argument tuples for opcheck: plain, transposed, and sddmm's."""
     graph = Graph.from_edge_index(random_graph(20, 14, 90, seed=15).to(device), (20, 14))
@@ -79,7 +95,9 @@ def op_sample_inputs(device, dtype=torch.float32):
     x = torch.randn(20, 6, device=device, dtype=dtype)
     g = torch.randn(14, 6, device=device, dtype=dtype)
     structure = (graph.rowptr, graph.col, values)
-    spmm_args = [structure + (x, 14, False), structure + (g, 20, True)]
+    bias = torch.randn(6, device=device, dtype=dtype)
+    spmm_args = [structure + (x, 14, False), structure + (g, 20, True),
+                 structure + (x, 14, False, bias), structure + (g, 20, True, bias)]
     return graph, spmm_args, [(graph.rowptr, graph.col, g, x)]
 
 
@@ -297,6 +315,11 @@ def bad_raw_op_calls(device):
         ("strided col", spmm, (rowptr, torch.stack([col, col], 1)[:, 0], values, x, 3, False),
          ValueError),
         ("x on meta", spmm, (rowptr, col, values, x.to("meta"), 3, False), ValueError),
+        ("bias width", spmm, (rowptr, col, values, x, 3, False, values[:5]), ValueError),
+        ("bias dtype", spmm, (rowptr, col, values, x, 3, False, values[:6].double()),
+         TypeError),
+        ("bias on meta", spmm, (rowptr, col, values, x, 3, False, x[0].to("meta")),
+         ValueError),
         ("sddmm g rows", sddmm, (rowptr, col, g[:2], x, ), ValueError),
         ("sddmm widths", sddmm, (rowptr, col, g[:, :5], x), ValueError),
         ("sddmm col out of range", sddmm, (rowptr, col, g, x[:2]), ValueError),
@@ -329,14 +352,15 @@ def test_validated_structure_is_read_once(monkeypatch):
 
 
 @pytest.mark.cuda
-def test_cuda_plans_and_graphs_are_released_with_their_edge_index():
+def test_cuda_plans_and_graphs_are_released_with_their_edge_index(monkeypatch):
     """No reference cycle keeps a mini-batch's Graph alive: when the
-    edge_index dies, the Graph, its CSR^T and their plans go at once
-    (reference counting, no garbage collection needed)."""
+    edge_index dies, the Graph, its CSR^T and their cuSPARSE plans go at
+    once (reference counting, no garbage collection needed)."""
     import weakref
 
     from pyg_ioaware.graph import known_structure_state
 
+    monkeypatch.setenv("PYG_IOAWARE_BACKEND_SPMM", "cusparse-alg2")
     edge_index = random_graph(300, 300, 3000, seed=25).cuda()
     x = torch.randn(300, 32, device="cuda", requires_grad=True)
     ops.gcn_adjacency(edge_index, 300).propagate(x).sum().backward()

@@ -93,8 +93,9 @@ def test_own_kernels_row_strided_inputs_and_outputs(monkeypatch):
     a = _dense(graph, values)
     wide_x = torch.randn(x.size(0), 48, device="cuda")
     wide_x[:, 3:43] = x
-    wide_out = torch.zeros(graph.num_dst, 50, device="cuda")
-    out = _run(graph, values, wide_x[:, 3:43], bias, False, out=wide_out[:, 5:45])
+    wide_out = torch.zeros(max(graph.num_src, graph.num_dst), 50, device="cuda")
+    out = _run(graph, values, wide_x[:, 3:43], bias, False,
+               out=wide_out[:graph.num_dst, 5:45])
     _check(out, a @ x.double().cpu() + bias.double().cpu(), torch.float32)
     assert (wide_out[:, :5] == 0).all() and (wide_out[:, 45:] == 0).all()
     wide_out.zero_()

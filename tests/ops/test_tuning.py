@@ -94,3 +94,17 @@ def test_spmm_backends_are_registered():
     assert names[0] == "pygio-csr" and "cusparse-alg2" in names and "torch" in names
     cpu = tuning.shape_class("spmm", "forward", 64, torch.float32, torch.device("cpu"), 10, 10)
     assert [b.name for b in tuning.backends("spmm") if b.supports(cpu)] == ["torch"]
+
+
+def test_spmm_heuristic_prefers_own_kernels_for_small_graphs_and_wide_16_bit():
+    def first(direction, width, dtype, nnz):
+        shape = tuning.shape_class("spmm", direction, width, dtype, torch.device("cpu"), nnz,
+                                   nnz // 10)
+        return tuning.backends("spmm", shape)[0].name
+
+    assert first("forward", 64, torch.float32, 100_000) == "pygio-csr"
+    assert first("transposed", 64, torch.bfloat16, 100_000) == "pygio-csr"
+    assert first("forward", 64, torch.float32, 5_000_000) == "cusparse-alg2"
+    assert first("forward", 512, torch.bfloat16, 5_000_000) == "pygio-csr"
+    assert first("forward", 64, torch.bfloat16, 5_000_000) == "cusparse-alg2"
+    assert first("transposed", 512, torch.bfloat16, 5_000_000) == "cusparse-alg2"

@@ -168,11 +168,8 @@ class GCNConv(FusedMessagePassing):
         self.check_flow(edge_index)
         adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
         # X W is not bound to a name: it is freed as soon as the SpMM has read it.
-        out = adjacency.propagate(self.lin(x), node_dim=node_dim)
-        if self.bias is not None:
-            # In place where the dtypes agree: saves one [N, F_out] buffer at peak.
-            out = out.add_(self.bias) if out.dtype == self.bias.dtype else out + self.bias
-        return out
+        # The bias is added inside the aggregation where its dtype is X W's.
+        return adjacency.propagate(self.lin(x), node_dim=node_dim, bias=self.bias)
 
     def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
         return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j

@@ -103,6 +103,20 @@ def entry_values(values: Any, nnz: int, dtype: torch.dtype, device: torch.device
         raise ValueError(f"{who}: values are on {values.device}, expected {device}")
 
 
+def bias(b: Any, width: int, dtype: torch.dtype, device: torch.device, who: str) -> None:
+    """b is None or a 1-D tensor [width] of ``dtype`` on ``device``."""
+    if b is None:
+        return
+    if not isinstance(b, Tensor):
+        raise TypeError(f"{who}: bias must be a tensor or None, got {type(b).__name__}")
+    if b.dtype != dtype:
+        raise TypeError(f"{who}: bias dtype {b.dtype} differs from x dtype {dtype}")
+    if b.dim() != 1 or b.size(0) != width:
+        raise ValueError(f"{who}: bias must have shape [{width}], got {list(b.shape)}")
+    if b.device != device:
+        raise ValueError(f"{who}: bias is on {b.device}, expected {device}")
+
+
 # ------------------------------------------------ structures known valid
 def csr_structure_contents(rowptr: Tensor, col: Tensor, num_cols: int, who: str) -> None:
     """rowptr starts at 0, ends at nnz and never decreases; every col entry

@@ -1,14 +1,16 @@
 """The SpMM family's custom ops and their autograd.
 
-``pyg_ioaware::spmm(rowptr, col, values, x, num_out, transpose)``
+``pyg_ioaware::spmm(rowptr, col, values, x, num_out, transpose, bias=None)``
 
-    transpose=False: Y = A X,   Y[r] = sum_{e in row r} values[e] * X[col[e]]
-    transpose=True:  Y = A^T X, Y[c] = sum_{e: col[e] = c} values[e] * X[row(e)]
+    transpose=False: Y = A X + b,  Y[r] = sum_{e in row r} values[e] * X[col[e]] + b
+    transpose=True:  Y = A^T X + b, Y[c] = sum_{e: col[e] = c} values[e] * X[row(e)] + b
 
 for the CSR matrix A = (rowptr, col, values); Y has ``num_out`` rows; rows
-with no entry give zeros. x is 2-D with rows of inner stride 1, values 1-D,
-both float32/float64/float16/bfloat16 of one dtype; accumulation in float32
-(float64 for float64), output in x's dtype.
+with no entry give b (zeros without a bias). x is 2-D with rows of inner
+stride 1, values and the optional bias 1-D, all float32/float64/float16/
+bfloat16 of one dtype; accumulation in float32 (float64 for float64),
+output in x's dtype. The kernels of our own add the bias inside the
+aggregation (no extra pass over Y).
 
 ``pyg_ioaware::sddmm(rowptr, col, g, x)``: out[e] = <g[row(e)], x[col[e]]>
 for every CSR entry e (the gradient of SpMM's values).
@@ -29,6 +31,8 @@ ops.spmm_backends (cuSPARSE algorithms, plain torch).
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
 
@@ -38,7 +42,7 @@ from .dispatch import accumulator_dtype, eager_or_op, native_ready
 from .spmm_backends import SpmmCall, run_spmm
 
 
-def _check_spmm(rowptr, col, values, x, num_out: int, transpose: bool) -> None:
+def _check_spmm(rowptr, col, values, x, num_out: int, transpose: bool, bias=None) -> None:
     who = "pyg_ioaware::spmm"
     checks.csr_structure(rowptr, col, who)
     if not isinstance(x, Tensor) or x.dtype not in checks.FEATURE_DTYPES:
@@ -51,25 +55,26 @@ def _check_spmm(rowptr, col, values, x, num_out: int, transpose: bool) -> None:
     if transpose is False and num_out != rows_of_a:
         raise ValueError(f"{who}: the CSR matrix has {rows_of_a} rows, num_out is {num_out}")
     checks.entry_values(values, col.size(0), x.dtype, rowptr.device, who)
+    checks.bias(bias, x.size(1), x.dtype, rowptr.device, who)
 
 
-def _spmm_kernel(rowptr, col, values, x, num_out, transpose) -> Tensor:
+def _spmm_kernel(rowptr, col, values, x, num_out, transpose, bias=None) -> Tensor:
     return run_spmm(SpmmCall(rowptr, col, values.contiguous(), x.contiguous(), num_out,
-                             transpose))
+                             transpose, None if bias is None else bias.contiguous()))
 
 
 @torch.library.custom_op("pyg_ioaware::spmm", mutates_args=())
 def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
-             transpose: bool) -> Tensor:
-    _check_spmm(rowptr, col, values, x, num_out, transpose)
+             transpose: bool, bias: Optional[Tensor] = None) -> Tensor:
+    _check_spmm(rowptr, col, values, x, num_out, transpose, bias)
     num_cols = num_out if transpose else x.size(0)
     checks.csr_structure_contents(rowptr, col, num_cols, "pyg_ioaware::spmm")
-    return _spmm_kernel(rowptr, col, values, x, num_out, transpose)
+    return _spmm_kernel(rowptr, col, values, x, num_out, transpose, bias)
 
 
 @spmm_csr.register_fake
-def _spmm_fake(rowptr, col, values, x, num_out, transpose):
-    _check_spmm(rowptr, col, values, x, num_out, transpose)
+def _spmm_fake(rowptr, col, values, x, num_out, transpose, bias=None):
+    _check_spmm(rowptr, col, values, x, num_out, transpose, bias)
     return x.new_empty(num_out, x.size(1))
 
 
@@ -78,8 +83,10 @@ spmm_trusted = eager_or_op(_spmm_kernel, spmm_csr)
 
 
 class SpmmFunction(torch.autograd.Function):
-    """Differentiable Y = A X (transpose=False) or Y = A^T X (transpose=True),
-    Y with ``num_out`` rows, for A given as CSR (rowptr, col, values). Its
+    """Differentiable Y = A X + b (transpose=False) or Y = A^T X + b
+    (transpose=True), Y with ``num_out`` rows, for A given as CSR (rowptr,
+    col, values) and an optional bias b of x's dtype (db = column sums of
+    dY). Its
     backward needs A^T: as a CSR (rowptr_t, col_t, values_t), or, where those
     are None, from ``lazy`` (a :class:`LazyTranspose`, which may give a CSR
     or None), else as cuSPARSE's transposed SpMM over A. Both structures
@@ -87,13 +94,13 @@ class SpmmFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, num_out,
-                lazy=None):
+                lazy=None, bias=None):
         ctx.transpose = transpose
         ctx.num_x = x.size(0)
         ctx.lazy = lazy
         ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t,
                               x if ctx.needs_input_grad[2] else None)
-        return spmm_trusted(rowptr, col, values, x, num_out, transpose)
+        return spmm_trusted(rowptr, col, values, x, num_out, transpose, bias)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -101,7 +108,7 @@ class SpmmFunction(torch.autograd.Function):
         if rowptr_t is None and ctx.lazy is not None:
             rowptr_t, col_t, values_t = ctx.lazy.for_backward()
         grad_out = grad_out.contiguous()
-        grad_x = grad_values = None
+        grad_x = grad_values = grad_bias = None
         a = (rowptr, col, values, rowptr_t, col_t, values_t)
         if ctx.needs_input_grad[6]:
             if ctx.transpose:  # Y = A^T X  =>  dX = A dY
@@ -114,7 +121,11 @@ class SpmmFunction(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
             grad_values = sddmm_trusted(rowptr, col, g.contiguous(), xx.contiguous())
-        return None, None, grad_values, None, None, None, grad_x, None, None, None
+        if len(ctx.needs_input_grad) > 10 and ctx.needs_input_grad[10]:
+            grad_bias = grad_out.sum(0, dtype=accumulator_dtype(grad_out.dtype)).to(
+                grad_out.dtype)
+        return (None, None, grad_values, None, None, None, grad_x, None, None, None,
+                grad_bias)
 
 
 class LazyTranspose:

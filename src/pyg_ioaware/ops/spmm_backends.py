@@ -1,14 +1,17 @@
-"""Backends of the SpMM family: cuSPARSE's CSR algorithms and plain torch.
+"""Backends of the SpMM family: the kernels of our own, cuSPARSE's CSR
+algorithms and plain torch.
 
-Each backend runs one :class:`SpmmCall`, Y = A X (``transpose=False``) or
-Y = A^T X (``transpose=True``) for the CSR matrix A = (rowptr, col, values).
-They register with ops.tuning in preference order, which is the default
-heuristic: CSR_ALG2 (cuSPARSE's row-major algorithm) measured fastest on
-almost every suite graph and width on an H200 (arxiv-like D=512: 0.57 ms
-against 2.4 for ALG3 and 3.8 for ALG1); ALG3 won only narrow features on
-small graphs and has no transposed form; plain torch is the fallback
-everywhere (and the only backend on CPU). Kernels of our own join the list
-the same way.
+Each backend runs one :class:`SpmmCall`, Y = A X (+ bias) (``transpose=False``)
+or Y = A^T X (+ bias) (``transpose=True``) for the CSR matrix A = (rowptr,
+col, values). The default heuristic (:func:`preference`) was measured on
+an H200 (docs/results.md, issue 6): the kernels of our own need no plan, so
+a new graph costs them nothing, and they win every 16-bit forward at width
+128 and up (pokec-like bf16 D=512: 9.5 ms against 12.8 for CSR_ALG2); on
+graphs of a million entries and more cuSPARSE's CSR_ALG2 stays the choice
+for fp32 / fp64, for narrow 16-bit features and for the transposed SpMM
+(our scatter is bound by fp32 atomics). CSR_ALG3 and CSR_ALG1 remain for
+the autotune; plain torch is the fallback everywhere (and the only backend
+on CPU).
 
 The backend choice (per direction, width and dtype) and a cuSPARSE plan
 (descriptors, workspace size, a reusable workspace) depend only on the
@@ -21,7 +24,7 @@ call (see :class:`CusparsePlan`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from torch import Tensor
@@ -36,15 +39,17 @@ FAMILY = "spmm"
 
 @dataclass
 class SpmmCall:
-    """One SpMM: ``x`` is [rows of op(A)'s columns, width] with inner
-    stride 1; the output has ``num_out`` rows. ``state`` is what is kept
-    beside the structure (backend choices, plans)."""
+    """One SpMM, Y = op(A) X (+ bias): ``x`` is [rows of op(A)'s columns,
+    width] with inner stride 1; the output has ``num_out`` rows; ``bias``
+    is None or [width] in x's dtype. ``state`` is what is kept beside the
+    structure (backend choices, plans)."""
     rowptr: Tensor
     col: Tensor
     values: Tensor
     x: Tensor
     num_out: int
     transpose: bool
+    bias: Optional[Tensor] = None
     state: Optional[StructureState] = None
 
     @property
@@ -65,6 +70,11 @@ def spmm_reference(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_o
     return out.index_add_(0, dst, messages).to(x.dtype)
 
 
+def _add_bias(out: Tensor, bias: Optional[Tensor]) -> Tensor:
+    """out + bias in place, for the backends that cannot add it inside."""
+    return out if bias is None else out.add_(bias)
+
+
 class TorchBackend:
     """Plain torch: index_select, multiply, index_add (any device)."""
     name = "torch"
@@ -73,8 +83,8 @@ class TorchBackend:
         return True
 
     def run(self, call: SpmmCall) -> Tensor:
-        return spmm_reference(call.rowptr, call.col, call.values, call.x, call.num_out,
-                              call.transpose)
+        return _add_bias(spmm_reference(call.rowptr, call.col, call.values, call.x,
+                                        call.num_out, call.transpose), call.bias)
 
 
 class OwnCsrBackend:
@@ -91,7 +101,10 @@ class OwnCsrBackend:
     def run(self, call: SpmmCall) -> Tensor:
         x = call.x
         out = torch.empty(call.num_out, x.size(1), dtype=x.dtype, device=x.device)
-        _native.spmm_csr(call.rowptr, call.col, call.values, x, None, out, call.transpose,
+        if call.transpose:  # the transposed kernel takes no bias
+            _native.spmm_csr(call.rowptr, call.col, call.values, x, None, out, True, False)
+            return _add_bias(out, call.bias)
+        _native.spmm_csr(call.rowptr, call.col, call.values, x, call.bias, out, False,
                          torch.are_deterministic_algorithms_enabled())
         return out
 
@@ -125,7 +138,7 @@ class CusparsePlan:
         workspace = (torch.empty(self.workspace_bytes, dtype=torch.uint8, device=out.device)
                      if self.workspace_bytes > 0 else None)
         self.runner.run(call.values, call.x, out, workspace)
-        return out
+        return _add_bias(out, call.bias)
 
     def __del__(self):
         if self.handle is not None and _native is not None:
@@ -148,8 +161,8 @@ class CusparseBackend:
     def run(self, call: SpmmCall) -> Tensor:
         if call.col.numel() > (call.rowptr.numel() - 1) * call.num_cols:
             # More entries than a dense matrix has (duplicates only): cuSPARSE refuses it.
-            return spmm_reference(call.rowptr, call.col, call.values, call.x, call.num_out,
-                                  call.transpose)
+            return _add_bias(spmm_reference(call.rowptr, call.col, call.values, call.x,
+                                            call.num_out, call.transpose), call.bias)
         plans = call.state.plans
         key = (self.algorithm, call.transpose, call.num_cols, call.x.size(1), call.x.dtype)
         plan = plans.get(key)
@@ -159,7 +172,7 @@ class CusparseBackend:
         return plan.run(call)
 
 
-# Preference order = the default heuristic (see the module docstring).
+# Registration order: the preference where :func:`preference` says nothing.
 for _backend in (OwnCsrBackend(),
                  CusparseBackend("cusparse-alg2", 6, transposable=True),
                  CusparseBackend("cusparse-alg3", 12, transposable=False),
@@ -169,13 +182,27 @@ for _backend in (OwnCsrBackend(),
 del _backend
 
 
+LARGE_SIZE_BUCKET = 20  # graphs of 2^20 entries and more
+
+
+def preference(shape: tuning.ShapeClass) -> List[str]:
+    """The default heuristic (see the module docstring)."""
+    ours_first = (shape.size_bucket < LARGE_SIZE_BUCKET
+                  or (shape.direction == "forward" and shape.width_bucket >= 128
+                      and shape.dtype in ("float16", "bfloat16")))
+    return ["pygio-csr", "cusparse-alg2"] if ours_first else ["cusparse-alg2", "pygio-csr"]
+
+
+tuning.register_preference(FAMILY, preference)
+
+
 def run_with_backend(name: str, rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor,
                      num_out: int, transpose: bool) -> Tensor:
     """Y = op(A) X by the backend called ``name``, whatever the tuner would
     pick (the benchmark's per-backend kernel table)."""
     backend = next(b for b in tuning.backends(FAMILY) if b.name == name)
     return backend.run(SpmmCall(rowptr, col, values, x, num_out, transpose,
-                                structure_state(rowptr)))
+                                state=structure_state(rowptr)))
 
 
 def run_spmm(call: SpmmCall) -> Tensor:
@@ -184,7 +211,8 @@ def run_spmm(call: SpmmCall) -> Tensor:
     width and dtype). Empty problems give zeros."""
     x = call.x
     if call.num_out == 0 or x.size(1) == 0 or call.col.numel() == 0 or x.size(0) == 0:
-        return torch.zeros(call.num_out, x.size(1), dtype=x.dtype, device=x.device)
+        return _add_bias(torch.zeros(call.num_out, x.size(1), dtype=x.dtype, device=x.device),
+                         call.bias)
     call.state = structure_state(call.rowptr)
     key = (call.transpose, x.size(1), x.dtype)
     backend = call.state.choices.get(key)

@@ -37,33 +37,48 @@ class SpmmAdjacency:
         self.weight_csr = weight_csr
         self.mode = mode
 
-    def propagate(self, h: Tensor, node_dim: int = 0) -> Tensor:
+    def propagate(self, h: Tensor, node_dim: int = 0, bias: Optional[Tensor] = None) -> Tensor:
         """Aggregates ``h`` ([N, C], [N, H, C], or [B, N, C] with
-        ``node_dim=-2``) over the graph; the output keeps the layout."""
+        ``node_dim=-2``) over the graph, plus ``bias`` (broadcast over the
+        last dimension) where given; the output keeps the layout. A bias of
+        2-D ``h``'s dtype is added inside the aggregation; any other (e.g.
+        an fp32 bias under autocast) is added after it, promoting as torch
+        does."""
         graph = self.graph
         if not isinstance(h, Tensor):
             raise TypeError(f"propagate: expected node features as a tensor, got "
                             f"{type(h).__name__}")
         moved = h.movedim(node_dim, 0) if node_dim not in (0, -h.dim()) else h
         checks.node_features(moved, graph.num_src, graph.device, "propagate")
-        out = propagate(graph, self.weight_csr, self.mode, _flat(moved))
+        fused = (bias is not None and h.dim() == 2 and bias.dtype == h.dtype
+                 and bias.shape == (h.size(1),))
+        out = propagate(graph, self.weight_csr, self.mode, _flat(moved),
+                        bias if fused else None)
         out = _unflat(out, moved)
-        return out if moved is h else out.movedim(0, node_dim)
+        out = out if moved is h else out.movedim(0, node_dim)
+        if bias is None or fused:
+            return out
+        # In place where the dtypes agree: saves one output-sized buffer at peak.
+        return out.add_(bias) if out.dtype == bias.dtype else out + bias
 
     def __repr__(self) -> str:
         weighted = self.weight_csr is not None
         return f"SpmmAdjacency({self.graph}, mode={self.mode!r}, weighted={weighted})"
 
 
-def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor) -> Tensor:
-    """out[d] = sum over edges (s -> d) of a_e x[s] for 2-D x, already
-    checked; a_e from ``mode`` and ``weight_csr``. Where nothing needs a
-    gradient (inference) the autograd Function is skipped; the CSR^T is
-    built where config.spmm_backward says (lazily by default)."""
+def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
+              bias: Optional[Tensor] = None) -> Tensor:
+    """out[d] = sum over edges (s -> d) of a_e x[s] (+ bias) for 2-D x,
+    already checked, and a bias of x's dtype and width; a_e from ``mode``
+    and ``weight_csr``. Where nothing needs a gradient (inference) the
+    autograd Function is skipped; the CSR^T is built where
+    config.spmm_backward says (lazily by default)."""
     edge_values = normalized_values(graph, weight_csr, mode, x.dtype)
     values = edge_values.values
-    if not (torch.is_grad_enabled() and (x.requires_grad or values.requires_grad)):
-        return spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False)
+    needs_grad = x.requires_grad or values.requires_grad or (
+        bias is not None and bias.requires_grad)
+    if not (torch.is_grad_enabled() and needs_grad):
+        return spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False, bias)
     a = (graph.rowptr, graph.col, values)
     backward = config.spmm_backward
     if backward == "auto" and torch.compiler.is_compiling():
@@ -72,9 +87,9 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor) 
     if backward == "materialized":
         t = graph.transpose
         return SpmmFunction.apply(*a, t.rowptr, t.col, edge_values.values_t, x, False,
-                                  graph.num_dst)
+                                  graph.num_dst, None, bias)
     lazy = LazyTranspose(graph, edge_values) if backward == "auto" else None
-    return SpmmFunction.apply(*a, None, None, None, x, False, graph.num_dst, lazy)
+    return SpmmFunction.apply(*a, None, None, None, x, False, graph.num_dst, lazy, bias)
 
 
 def input_edge_weight(graph: Graph, edge_weight: Optional[Tensor], who: str) -> Optional[Tensor]:

@@ -7,17 +7,18 @@ whether it ``supports`` a :class:`ShapeClass`, and ``run``s one call.
 Families register their backends here; the tuner never knows what they are.
 
 The choice is keyed by the shape class, never by the graph: family,
-direction, width bucket, dtype, device (name and capability) and a bucket
-of the average degree (known from sizes alone, so no host
-synchronisation). In order, a choice comes from:
+direction, width bucket, dtype, device (name and capability), a bucket of
+the average degree and one of the entry count (known from sizes alone, so
+no host synchronisation). In order, a choice comes from:
 
 1. ``PYG_IOAWARE_BACKEND_<FAMILY>`` (e.g. ``PYG_IOAWARE_BACKEND_SPMM=cusparse-alg3``),
 2. the table of tuned choices (in memory, loaded from the tuning file),
 3. with autotune on (``PYG_IOAWARE_AUTOTUNE=1`` or ``config.autotune``) and
    outside CUDA-graph capture: every supported backend timed once on the
    call at hand, the fastest stored in the table and written to the file,
-4. the family's heuristic (the first supported backend in its preference
-   order, which the family writes down from measurements).
+4. the family's heuristic: the first supported backend in its preference
+   order for the shape class (registration order, unless the family
+   registers a preference function written down from measurements).
 
 The tuning file is ``$PYG_IOAWARE_TUNING_FILE``, else
 ``~/.cache/pyg_ioaware/tuning.json``; its entries are keyed by the shape
@@ -52,6 +53,7 @@ class ShapeClass:
     dtype: str
     device: str  # "cpu" or "<name> sm_<major><minor>"
     degree_bucket: int  # floor(log2(average degree)), 0 for average degree < 2
+    size_bucket: int  # floor(log2(entries)), 0 for fewer than 2
 
     def key(self) -> str:
         return "|".join(str(v) for v in asdict(self).values())
@@ -67,6 +69,9 @@ class Backend(Protocol):
 
 
 _REGISTRY: Dict[str, List[Backend]] = {}
+# family -> (shape -> backend names, most preferred first); families without
+# one prefer their registration order.
+_PREFERENCES: Dict[str, Callable[[ShapeClass], List[str]]] = {}
 
 
 def register_backend(family: str, backend: Backend) -> None:
@@ -78,9 +83,20 @@ def register_backend(family: str, backend: Backend) -> None:
     _REGISTRY.setdefault(family, []).append(backend)
 
 
-def backends(family: str) -> List[Backend]:
-    """The family's backends in preference order."""
-    return list(_REGISTRY.get(family, []))
+def register_preference(family: str, order: Callable[[ShapeClass], List[str]]) -> None:
+    """The family's heuristic: ``order(shape)`` names backends, most
+    preferred first; unnamed ones follow in registration order."""
+    _PREFERENCES[family] = order
+
+
+def backends(family: str, shape: Optional[ShapeClass] = None) -> List[Backend]:
+    """The family's backends in registration order, or in the heuristic's
+    preference order for ``shape``."""
+    registered = list(_REGISTRY.get(family, []))
+    if shape is None or family not in _PREFERENCES:
+        return registered
+    rank = {name: i for i, name in enumerate(_PREFERENCES[family](shape))}
+    return sorted(registered, key=lambda b: rank.get(b.name, len(rank)))
 
 
 _DEVICE_LABELS: Dict[torch.device, str] = {}
@@ -107,7 +123,7 @@ def shape_class(family: str, direction: str, width: int, dtype: torch.dtype,
     average_degree = nnz / max(rows, 1)
     degree_bucket = int(math.log2(average_degree)) if average_degree >= 2 else 0
     return ShapeClass(family, direction, width_bucket, str(dtype).replace("torch.", ""),
-                      device_label(device), degree_bucket)
+                      device_label(device), degree_bucket, max(0, nnz.bit_length() - 1))
 
 
 class TuningTable:
@@ -181,7 +197,7 @@ def choose(shape: ShapeClass, time_backend: Callable[[Backend], float]) -> Backe
     decided = None if pinned else _CHOSEN.get(shape)
     if decided is not None:  # the hot path: one lookup per call
         return next(b for b in _REGISTRY[shape.family] if b.name == decided)
-    supported = [b for b in backends(shape.family) if b.supports(shape)]
+    supported = [b for b in backends(shape.family, shape) if b.supports(shape)]
     if not supported:
         raise RuntimeError(f"no {shape.family} backend supports {shape}")
     by_name = {b.name: b for b in supported}
