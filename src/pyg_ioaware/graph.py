@@ -445,14 +445,12 @@ def known_valid_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> bool:
 
 # ----------------------------------------- kernel state beside a structure
 class StructureState:
-    """What the ops keep beside one CSR structure: the backend chosen per
-    call key (direction, width, dtype) and the backends' plans (objects with
-    an ``nbytes``). Filled by ops.spmm_backends; lives as long as the
-    structure's rowptr tensor."""
-    __slots__ = ("choices", "plans", "__weakref__")
+    """What the ops keep beside one CSR structure: the backends' plans
+    (objects with an ``nbytes``). Filled by ops.spmm_backends; lives as long
+    as the structure's rowptr tensor."""
+    __slots__ = ("plans", "__weakref__")
 
     def __init__(self):
-        self.choices: Dict[tuple, Any] = {}
         self.plans: Dict[tuple, Any] = {}
 
 

@@ -108,3 +108,23 @@ def test_spmm_heuristic_prefers_own_kernels_for_small_graphs_and_wide_16_bit():
     assert first("forward", 512, torch.bfloat16, 5_000_000) == "pygio-csr"
     assert first("forward", 64, torch.bfloat16, 5_000_000) == "cusparse-alg2"
     assert first("transposed", 512, torch.bfloat16, 5_000_000) == "cusparse-alg2"
+
+
+def test_choice_for_call_is_remembered_and_pins_still_win(family, monkeypatch):
+    def pick():
+        return tuning.choose_for_call("fake", "forward", 64, torch.float32,
+                                      torch.device("cpu"), 1000, 100, lambda b: b.ms).name
+
+    assert pick() == "slow"
+    assert tuning._CHOSEN_BY_PARTS  # later calls: one lookup
+    monkeypatch.setenv("PYG_IOAWARE_BACKEND_FAKE", "fast")
+    assert pick() == "fast"
+    monkeypatch.delenv("PYG_IOAWARE_BACKEND_FAKE")
+    assert pick() == "slow"
+    tuning.reset()
+    assert not tuning._CHOSEN_BY_PARTS
+
+
+def test_shape_class_size_bucket():
+    assert shape(nnz=1).size_bucket == 0 and shape(nnz=1 << 20).size_bucket == 20
+    assert shape(nnz=(1 << 20) - 1).size_bucket == 19

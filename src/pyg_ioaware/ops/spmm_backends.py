@@ -13,13 +13,13 @@ for fp32 / fp64, for narrow 16-bit features and for the transposed SpMM
 the autotune; plain torch is the fallback everywhere (and the only backend
 on CPU).
 
-The backend choice (per direction, width and dtype) and a cuSPARSE plan
-(descriptors, workspace size, a reusable workspace) depend only on the
-structure, width, dtype, direction and algorithm: they are made once and
-kept beside the structure (:class:`StructureState`), keyed weakly by its
-rowptr tensor, so they are released with the structure (its Graph, or a
-raw op's tensors). No timing runs per graph. Workspaces are allocated per
-call (see :class:`CusparsePlan`).
+The backend choice is made once per shape class (ops.tuning). A cuSPARSE
+plan (descriptors, workspace size) depends only on the structure, width,
+dtype, direction and algorithm: it is made once and kept beside the
+structure (:class:`StructureState`), keyed weakly by its rowptr tensor, so
+it is released with the structure (its Graph, or a raw op's tensors). The
+kernels of our own keep nothing. No timing runs per graph. Workspaces are
+allocated per call (see :class:`CusparsePlan`).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class SpmmCall:
     """One SpMM, Y = op(A) X (+ bias): ``x`` is [rows of op(A)'s columns,
     width] with inner stride 1; the output has ``num_out`` rows; ``bias``
     is None or [width] in x's dtype. ``state`` is what is kept beside the
-    structure (backend choices, plans)."""
+    structure (plans), looked up by the backends that keep any."""
     rowptr: Tensor
     col: Tensor
     values: Tensor
@@ -163,6 +163,8 @@ class CusparseBackend:
             # More entries than a dense matrix has (duplicates only): cuSPARSE refuses it.
             return _add_bias(spmm_reference(call.rowptr, call.col, call.values, call.x,
                                             call.num_out, call.transpose), call.bias)
+        if call.state is None:
+            call.state = structure_state(call.rowptr)
         plans = call.state.plans
         key = (self.algorithm, call.transpose, call.num_cols, call.x.size(1), call.x.dtype)
         plan = plans.get(key)
@@ -207,23 +209,16 @@ def run_with_backend(name: str, rowptr: Tensor, col: Tensor, values: Tensor, x: 
 
 def run_spmm(call: SpmmCall) -> Tensor:
     """Y = op(A) X on a structure known valid, by the backend the tuner
-    picks for the call's shape class (decided once per structure, direction,
-    width and dtype). Empty problems give zeros."""
+    picks for the call's shape class. Empty problems give zeros."""
     x = call.x
     if call.num_out == 0 or x.size(1) == 0 or call.col.numel() == 0 or x.size(0) == 0:
         return _add_bias(torch.zeros(call.num_out, x.size(1), dtype=x.dtype, device=x.device),
                          call.bias)
-    call.state = structure_state(call.rowptr)
-    key = (call.transpose, x.size(1), x.dtype)
-    backend = call.state.choices.get(key)
-    if backend is None:
-        device = x.device
-        if device.type == "cuda":
-            native_ready(device)  # warns once where CUDA runs plain torch
-        shape = tuning.shape_class(FAMILY, "transposed" if call.transpose else "forward",
-                                   x.size(1), x.dtype, device, call.col.numel(),
-                                   call.rowptr.numel() - 1)
-        backend = tuning.choose(shape, lambda b: tuning.time_cuda_ms(lambda: b.run(call),
-                                                                     device))
-        call.state.choices[key] = backend
+    device = x.device
+    if device.type == "cuda":
+        native_ready(device)  # warns once where CUDA runs plain torch
+    backend = tuning.choose_for_call(
+        FAMILY, "transposed" if call.transpose else "forward", x.size(1), x.dtype, device,
+        call.col.numel(), call.rowptr.numel() - 1,
+        lambda b: tuning.time_cuda_ms(lambda: b.run(call), device))
     return backend.run(call)

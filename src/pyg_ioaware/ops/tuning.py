@@ -28,11 +28,10 @@ read the same table, so they make the same choice.
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional, Protocol
+from typing import Callable, Dict, List, Optional, Protocol, Tuple
 
 import torch
 
@@ -116,14 +115,20 @@ def device_label(device: torch.device) -> str:
     return label
 
 
+def _buckets(width: int, nnz: int, rows: int) -> Tuple[int, int, int]:
+    """(width bucket, degree bucket, size bucket) in integer arithmetic:
+    floor(log2(nnz / rows)) = floor(log2(nnz // rows)) for ratios >= 1."""
+    average_degree = nnz // max(rows, 1)
+    degree_bucket = average_degree.bit_length() - 1 if average_degree >= 2 else 0
+    return 1 << max(0, width - 1).bit_length(), degree_bucket, max(0, nnz.bit_length() - 1)
+
+
 def shape_class(family: str, direction: str, width: int, dtype: torch.dtype,
                 device: torch.device, nnz: int, rows: int) -> ShapeClass:
     """The shape class of one call, from sizes alone."""
-    width_bucket = 1 << max(0, width - 1).bit_length()
-    average_degree = nnz / max(rows, 1)
-    degree_bucket = int(math.log2(average_degree)) if average_degree >= 2 else 0
+    width_bucket, degree_bucket, size_bucket = _buckets(width, nnz, rows)
     return ShapeClass(family, direction, width_bucket, str(dtype).replace("torch.", ""),
-                      device_label(device), degree_bucket, max(0, nnz.bit_length() - 1))
+                      device_label(device), degree_bucket, size_bucket)
 
 
 class TuningTable:
@@ -177,11 +182,15 @@ TABLE = TuningTable()
 # Choices made in this process (tuned or heuristic), so a shape class is
 # decided once: later calls cost one dict lookup.
 _CHOSEN: Dict[ShapeClass, str] = {}
+# The same choices keyed by the raw parts of their shape class (torch dtype
+# and device, buckets), so the hot path builds no ShapeClass.
+_CHOSEN_BY_PARTS: Dict[tuple, Backend] = {}
 
 
 def reset() -> None:
     """Forgets every choice made in this process and the loaded table."""
     _CHOSEN.clear()
+    _CHOSEN_BY_PARTS.clear()
     TABLE.clear()
 
 
@@ -226,6 +235,22 @@ def choose(shape: ShapeClass, time_backend: Callable[[Backend], float]) -> Backe
     if not autotune_enabled():  # otherwise a later call may still tune this class
         _CHOSEN[shape] = supported[0].name
     return supported[0]
+
+
+def choose_for_call(family: str, direction: str, width: int, dtype: torch.dtype,
+                    device: torch.device, nnz: int, rows: int,
+                    time_backend: Callable[[Backend], float]) -> Backend:
+    """:func:`choose` for the shape class of one call's sizes; a class
+    already decided costs one dict lookup on a tuple of the call's parts."""
+    parts = (family, direction, dtype, device) + _buckets(width, nnz, rows)
+    pinned = os.environ.get(ENV_BACKEND.format(family=family.upper()))
+    backend = None if pinned else _CHOSEN_BY_PARTS.get(parts)
+    if backend is None:
+        shape = shape_class(family, direction, width, dtype, device, nnz, rows)
+        backend = choose(shape, time_backend)
+        if not pinned and _CHOSEN.get(shape) == backend.name:
+            _CHOSEN_BY_PARTS[parts] = backend
+    return backend
 
 
 def time_cuda_ms(run: Callable[[], None], device: torch.device,
