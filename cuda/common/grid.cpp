@@ -1,17 +1,42 @@
 #include "grid.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include <cuda_runtime.h>
 
 namespace pygio {
 
+namespace {
+
+// SM count and resident threads per SM of each device, read once (every
+// kernel launch asks).
+constexpr int kMaxDevices = 64;
+std::atomic<int64_t> device_shape[kMaxDevices];  // (sm_count << 32) | threads_per_sm; 0: unread
+
+int read_device_shape(int device, int* sm_count, int* threads_per_sm) {
+  const bool cacheable = device >= 0 && device < kMaxDevices;
+  const int64_t known = cacheable ? device_shape[device].load(std::memory_order_relaxed) : 0;
+  if (known != 0) {
+    *sm_count = static_cast<int>(known >> 32);
+    *threads_per_sm = static_cast<int>(known & 0xffffffff);
+    return PYGIO_OK;
+  }
+  PYGIO_CHECK_CUDA(cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device));
+  PYGIO_CHECK_CUDA(cudaDeviceGetAttribute(threads_per_sm,
+                                          cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  if (cacheable)
+    device_shape[device].store((static_cast<int64_t>(*sm_count) << 32) | *threads_per_sm,
+                               std::memory_order_relaxed);
+  return PYGIO_OK;
+}
+
+}  // namespace
+
 int resident_grid(int64_t work, int64_t items_per_block, int threads_per_block, int device,
                   unsigned* grid) {
   int sm_count = 0, threads_per_sm = 0;
-  PYGIO_CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
-  PYGIO_CHECK_CUDA(cudaDeviceGetAttribute(&threads_per_sm,
-                                          cudaDevAttrMaxThreadsPerMultiProcessor, device));
+  PYGIO_TRY(read_device_shape(device, &sm_count, &threads_per_sm));
   const int64_t needed = (work + items_per_block - 1) / items_per_block;
   const int64_t resident =
       static_cast<int64_t>(sm_count) * std::max(1, threads_per_sm / threads_per_block);

@@ -44,7 +44,7 @@ size_t workspace_bytes(const pygio_spmm_csr_params& p) {
     return element_size(p.dtype) == 2 ? round_up(output_rows(p) * p.width * acc) : 0;
   const int64_t slots = forward_hub_slots(p);
   if (slots == 0) return 0;
-  return kAlign + round_up(slots * sizeof(HubEntry)) + round_up(slots * p.width * acc);
+  return kAlign + round_up(slots * p.width * acc) + round_up(slots * sizeof(HubEntry));
 }
 
 // The widest load (16, 8 bytes or one element) that divides the width and
@@ -80,12 +80,13 @@ int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   HubWorkspace<acc_t> ws{nullptr, nullptr, nullptr, forward_hub_threshold(p)};
   const int64_t slots = forward_hub_slots(p);
   if (slots > 0) {
+    // Layout: counter, hub accumulators (both zeroed by one memset), hub list.
     auto* base = static_cast<char*>(p.workspace);
+    const size_t zeroed = kAlign + round_up(slots * p.width * sizeof(acc_t));
     ws.counter = reinterpret_cast<unsigned long long*>(base);
-    ws.hubs = reinterpret_cast<HubEntry*>(base + kAlign);
-    ws.sums = reinterpret_cast<acc_t*>(base + kAlign + round_up(slots * sizeof(HubEntry)));
-    PYGIO_CHECK_CUDA(cudaMemsetAsync(ws.counter, 0, sizeof(unsigned long long), stream));
-    PYGIO_CHECK_CUDA(cudaMemsetAsync(ws.sums, 0, slots * p.width * sizeof(acc_t), stream));
+    ws.sums = reinterpret_cast<acc_t*>(base + kAlign);
+    ws.hubs = reinterpret_cast<HubEntry*>(base + zeroed);
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, zeroed, stream));
   }
   const WarpLayout layout = warp_layout(p.width / Traits::kVec, Traits::kPieces);
   unsigned grid = 0;

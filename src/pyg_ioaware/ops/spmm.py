@@ -111,13 +111,15 @@ class SpmmFunction(torch.autograd.Function):
         grad_x = grad_values = grad_bias = None
         a = (rowptr, col, values, rowptr_t, col_t, values_t)
         if ctx.needs_input_grad[6]:
+            # Differentiable again only where a double backward records a graph.
+            spmm = SpmmFunction.apply if torch.is_grad_enabled() else _spmm_no_grad
             if ctx.transpose:  # Y = A^T X  =>  dX = A dY
-                grad_x = SpmmFunction.apply(*a, grad_out, False, ctx.num_x)
+                grad_x = spmm(*a, grad_out, False, ctx.num_x)
             elif rowptr_t is None:  # dX = A^T dY over A's CSR
-                grad_x = SpmmFunction.apply(*a, grad_out, True, ctx.num_x)
+                grad_x = spmm(*a, grad_out, True, ctx.num_x)
             else:  # dX = A^T dY as a plain SpMM over the materialized CSR^T
-                grad_x = SpmmFunction.apply(rowptr_t, col_t, values_t, rowptr, col, values,
-                                            grad_out, False, ctx.num_x)
+                grad_x = spmm(rowptr_t, col_t, values_t, rowptr, col, values, grad_out, False,
+                              ctx.num_x)
         if ctx.needs_input_grad[2]:
             g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
             grad_values = sddmm_trusted(rowptr, col, g.contiguous(), xx.contiguous())
@@ -126,6 +128,12 @@ class SpmmFunction(torch.autograd.Function):
                 grad_out.dtype)
         return (None, None, grad_values, None, None, None, grad_x, None, None, None,
                 grad_bias)
+
+
+def _spmm_no_grad(rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, num_out):
+    """SpmmFunction's forward without recording anything (a backward pass
+    that builds no graph skips the Function's bookkeeping)."""
+    return spmm_trusted(rowptr, col, values, x, num_out, transpose)
 
 
 class LazyTranspose:
