@@ -35,7 +35,10 @@ struct DTypeTraits<__half> {
 template <>
 struct DTypeTraits<__nv_bfloat16> {
   using acc = float;
-  __device__ static acc load(__nv_bfloat16 v) { return __bfloat162float(v); }
+  // bf16 is the upper half of an fp32: a shift, exact.
+  __device__ static acc load(__nv_bfloat16 v) {
+    return __uint_as_float(static_cast<unsigned>(__bfloat16_as_ushort(v)) << 16);
+  }
   __device__ static __nv_bfloat16 store(acc v) { return __float2bfloat16(v); }
 };
 

@@ -12,10 +12,27 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
+// An unsigned integer type of `bytes` bytes (2, 4, 8 or 16).
+template <int bytes> struct RawBits;
+template <> struct RawBits<2> { using type = unsigned short; };
+template <> struct RawBits<4> { using type = unsigned; };
+template <> struct RawBits<8> { using type = uint2; };
+template <> struct RawBits<16> { using type = uint4; };
+
+// One vector load of N elements at p, whatever T's copy semantics.
+template <int N, typename T>
+__device__ __forceinline__ Pack<T, N> load_pack(const T* __restrict__ p) {
+  using raw_t = typename RawBits<sizeof(T) * N>::type;
+  const raw_t raw = *reinterpret_cast<const raw_t*>(p);
+  Pack<T, N> pack;
+  memcpy(&pack, &raw, sizeof(raw));
+  return pack;
+}
+
 // acc[i] += scale * p[i] for i < N.
 template <int N, typename T, typename acc_t>
 __device__ __forceinline__ void fma_pack(const T* __restrict__ p, acc_t scale, acc_t (&acc)[N]) {
-  const Pack<T, N> pack = *reinterpret_cast<const Pack<T, N>*>(p);
+  const Pack<T, N> pack = load_pack<N>(p);
 #pragma unroll
   for (int i = 0; i < N; ++i) acc[i] += scale * DTypeTraits<T>::load(pack.v[i]);
 }
@@ -26,7 +43,9 @@ __device__ __forceinline__ void store_pack(T* __restrict__ p, const acc_t (&acc)
   Pack<T, N> pack;
 #pragma unroll
   for (int i = 0; i < N; ++i) pack.v[i] = DTypeTraits<T>::store(acc[i]);
-  *reinterpret_cast<Pack<T, N>*>(p) = pack;
+  typename RawBits<sizeof(T) * N>::type raw;
+  memcpy(&raw, &pack, sizeof(raw));
+  *reinterpret_cast<decltype(raw)*>(p) = raw;
 }
 
 }  // namespace pygio

@@ -70,8 +70,7 @@ __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, Warp
       for (int q = 0; q < P; ++q) {
         const int64_t piece = first_piece + static_cast<int64_t>(q) * layout.lanes();
         if (src[u] >= 0 && piece < pieces)
-          packs[u][q] = *reinterpret_cast<const Pack<scalar_t, V>*>(
-              x + src[u] * p.x_row_stride + piece * V);
+          packs[u][q] = load_pack<V>(x + src[u] * p.x_row_stride + piece * V);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -253,8 +252,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
         for (int q = 0; q < P; ++q) {
           const int64_t piece = base + layout.lane_in_group(lane) + static_cast<int64_t>(q) * layout.lanes();
           if (piece >= pieces) continue;
-          const Pack<scalar_t, V> pack =
-              *reinterpret_cast<const Pack<scalar_t, V>*>(x + row * p.x_row_stride + piece * V);
+          const Pack<scalar_t, V> pack = load_pack<V>(x + row * p.x_row_stride + piece * V);
           acc_t add[V];
 #pragma unroll
           for (int i = 0; i < V; ++i) add[i] = scale * DTypeTraits<scalar_t>::load(pack.v[i]);

@@ -97,9 +97,9 @@ def test_spmm_backends_are_registered():
 
 
 def test_spmm_heuristic_prefers_own_kernels_for_small_graphs_and_wide_16_bit():
-    def first(direction, width, dtype, nnz):
+    def first(direction, width, dtype, nnz, degree=4):
         shape = tuning.shape_class("spmm", direction, width, dtype, torch.device("cpu"), nnz,
-                                   nnz // 10)
+                                   nnz // degree)
         return tuning.backends("spmm", shape)[0].name
 
     assert first("forward", 64, torch.float32, 100_000) == "pygio-csr"
@@ -108,6 +108,8 @@ def test_spmm_heuristic_prefers_own_kernels_for_small_graphs_and_wide_16_bit():
     assert first("forward", 512, torch.bfloat16, 5_000_000) == "pygio-csr"
     assert first("forward", 64, torch.bfloat16, 5_000_000) == "cusparse-alg2"
     assert first("transposed", 512, torch.bfloat16, 5_000_000) == "cusparse-alg2"
+    assert first("forward", 64, torch.float32, 5_000_000, degree=20) == "pygio-csr"
+    assert first("forward", 512, torch.float32, 5_000_000, degree=20) == "cusparse-alg2"
 
 
 def test_choice_for_call_is_remembered_and_pins_still_win(family, monkeypatch):

@@ -4,14 +4,16 @@ algorithms and plain torch.
 Each backend runs one :class:`SpmmCall`, Y = A X (+ bias) (``transpose=False``)
 or Y = A^T X (+ bias) (``transpose=True``) for the CSR matrix A = (rowptr,
 col, values). The default heuristic (:func:`preference`) was measured on
-an H200 (docs/results.md, issue 6): the kernels of our own need no plan, so
-a new graph costs them nothing, and they win every 16-bit forward at width
-128 and up (pokec-like bf16 D=512: 9.5 ms against 12.8 for CSR_ALG2); on
-graphs of a million entries and more cuSPARSE's CSR_ALG2 stays the choice
-for fp32 / fp64, for narrow 16-bit features and for the transposed SpMM
-(our scatter is bound by fp32 atomics). CSR_ALG3 and CSR_ALG1 remain for
-the autotune; plain torch is the fallback everywhere (and the only backend
-on CPU).
+an H200 (docs/results.md, issue 6), kernel alone: the kernels of our own
+need no plan, so a new graph costs them nothing, and they win every 16-bit
+forward at width 128 and up (products-like bf16 D=512: 19.7 ms against 26.1
+for CSR_ALG2) and every narrow forward on graphs of average degree 8 and
+more (products-like fp32 D=64: 4.7 against 6.0 ms). On graphs of a million
+entries and more cuSPARSE's CSR_ALG2 stays the choice for wide fp32 / fp64
+(a tie), for narrow features on sparser graphs (web-like fp16 D=64: 1.5
+against 2.1 ms) and for the transposed SpMM (our scatter is bound by fp32
+atomics). CSR_ALG3 and CSR_ALG1 remain for the autotune; plain torch is the
+fallback everywhere (and the only backend on CPU).
 
 The backend choice is made once per shape class (ops.tuning). A cuSPARSE
 plan (descriptors, workspace size) depends only on the structure, width,
@@ -189,9 +191,10 @@ LARGE_SIZE_BUCKET = 20  # graphs of 2^20 entries and more
 
 def preference(shape: tuning.ShapeClass) -> List[str]:
     """The default heuristic (see the module docstring)."""
+    forward, half = shape.direction == "forward", shape.dtype in ("float16", "bfloat16")
     ours_first = (shape.size_bucket < LARGE_SIZE_BUCKET
-                  or (shape.direction == "forward" and shape.width_bucket >= 128
-                      and shape.dtype in ("float16", "bfloat16")))
+                  or (forward and half and shape.width_bucket >= 128)
+                  or (forward and shape.width_bucket < 128 and shape.degree_bucket >= 3))
     return ["pygio-csr", "cusparse-alg2"] if ours_first else ["cusparse-alg2", "pygio-csr"]
 
 
