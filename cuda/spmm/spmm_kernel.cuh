@@ -48,7 +48,6 @@ __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, Warp
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const int64_t pieces = p.width / V;
   const int sub = layout.sub_group(lane), subs = layout.sub_groups();
-  const int64_t first_piece = piece_base + layout.lane_in_group(lane);
 
 #pragma unroll
   for (int q = 0; q < P; ++q)
@@ -68,7 +67,7 @@ __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, Warp
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int q = 0; q < P; ++q) {
-        const int64_t piece = first_piece + static_cast<int64_t>(q) * layout.lanes();
+        const int64_t piece = layout.piece(lane, piece_base, q);
         if (src[u] >= 0 && piece < pieces)
           packs[u][q] = load_pack<V>(x + src[u] * p.x_row_stride + piece * V);
       }
@@ -76,7 +75,7 @@ __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, Warp
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int q = 0; q < P; ++q) {
-        const int64_t piece = first_piece + static_cast<int64_t>(q) * layout.lanes();
+        const int64_t piece = layout.piece(lane, piece_base, q);
         if (src[u] >= 0 && piece < pieces)
 #pragma unroll
           for (int i = 0; i < V; ++i)
@@ -138,7 +137,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
       if (layout.sub_group(lane) != 0) continue;
 #pragma unroll
       for (int q = 0; q < P; ++q) {
-        const int64_t piece = base + layout.lane_in_group(lane) + static_cast<int64_t>(q) * layout.lanes();
+        const int64_t piece = layout.piece(lane, base, q);
         if (piece >= pieces) continue;
         const int64_t k = piece * V;
         if (bias != nullptr) {
@@ -168,11 +167,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
-    int64_t lo = 0, hi = num_hubs - 1;  // the last slot whose first chunk <= chunk
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (ws.hubs[mid].first_chunk <= chunk) lo = mid; else hi = mid - 1;
-    }
+    // The hub of this chunk: the last slot whose first chunk is at most it.
+    const int64_t lo = last_at_most(num_hubs, chunk,
+                                    [&](int64_t slot) { return ws.hubs[slot].first_chunk; });
     const HubEntry hub = ws.hubs[lo];
     const int64_t begin = rowptr[hub.row] + (chunk - hub.first_chunk) * kHubChunk;
     const int64_t row_end = rowptr[hub.row + 1];
@@ -183,7 +180,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
       if (layout.sub_group(lane) != 0) continue;
 #pragma unroll
       for (int q = 0; q < P; ++q) {
-        const int64_t piece = base + layout.lane_in_group(lane) + static_cast<int64_t>(q) * layout.lanes();
+        const int64_t piece = layout.piece(lane, base, q);
         if (piece < pieces) atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, acc[q]);
       }
     }
@@ -237,11 +234,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
        chunk < num_chunks; chunk += warps) {
     const int64_t first = chunk * kScatterChunk;
     const int64_t last = first + kScatterChunk < p.a.nnz ? first + kScatterChunk : p.a.nnz;
-    int64_t lo = 0, hi = p.a.num_rows - 1;  // the row holding entry `first`
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (static_cast<int64_t>(rowptr[mid]) <= first) lo = mid; else hi = mid - 1;
-    }
+    // The row holding entry `first`: the last row starting at or before it.
+    const int64_t lo = last_at_most(p.a.num_rows, first,
+                                    [&](int64_t r) { return static_cast<int64_t>(rowptr[r]); });
     for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
       int64_t row = lo, row_end = rowptr[lo + 1];
       for (int64_t e = first + sub; e < last; e += subs) {
@@ -250,7 +245,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
         acc_t* out_row = acc_out + static_cast<int64_t>(col[e]) * out_row_stride;
 #pragma unroll
         for (int q = 0; q < P; ++q) {
-          const int64_t piece = base + layout.lane_in_group(lane) + static_cast<int64_t>(q) * layout.lanes();
+          const int64_t piece = layout.piece(lane, base, q);
           if (piece >= pieces) continue;
           const Pack<scalar_t, V> pack = load_pack<V>(x + row * p.x_row_stride + piece * V);
           acc_t add[V];

@@ -217,6 +217,7 @@ extern "C" int pygio_spmm_csr(const pygio_spmm_csr_params* params) {
   if (output_rows(*params) == 0 || params->width == 0) return ok();
   DeviceGuard guard;
   PYGIO_TRY(guard.set(params->device));
-  PYGIO_TRY(PYGIO_DISPATCH_DTYPE(params->dtype, [&] { return dispatch_values<scalar_t>(*params); }));
+  PYGIO_TRY(PYGIO_DISPATCH_DTYPE(params->dtype,
+                                 [&] { return dispatch_values<scalar_t>(*params); }));
   return ok();
 }

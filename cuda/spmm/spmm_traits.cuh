@@ -47,7 +47,23 @@ struct WarpLayout {
   __device__ int sub_group(int lane) const { return lane >> shift; }
   __device__ int sub_groups() const { return kWarpSize >> shift; }
   __device__ int lane_in_group(int lane) const { return lane & ((1 << shift) - 1); }
+  // The q-th piece `lane` holds in the pass starting at piece `base`.
+  __device__ int64_t piece(int lane, int64_t base, int q) const {
+    return base + lane_in_group(lane) + (static_cast<int64_t>(q) << shift);
+  }
 };
+
+// The last index i in [0, count) with key(i) <= target (key non-decreasing,
+// key(0) <= target).
+template <typename Key>
+__device__ __forceinline__ int64_t last_at_most(int64_t count, int64_t target, Key key) {
+  int64_t lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (key(mid) <= target) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
 
 // Rows with more entries than the hub degree are hubs: split into
 // kHubChunk-entry chunks, one warp each, merged with atomics into one
