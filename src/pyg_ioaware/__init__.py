@@ -1,8 +1,8 @@
 """pyg_ioaware: IO-aware GNN layers for PyTorch Geometric.
 
 ``from pyg_ioaware.nn import GCNConv`` replaces ``torch_geometric.nn.GCNConv``
-with the same outputs, computed by cached cuSPARSE SpMM on GPUs and by plain
-torch on CPUs.
+with the same outputs, computed by SpMM kernels of our own or cuSPARSE's
+(chosen per problem shape) on GPUs and by torch on CPUs.
 """
 from typing import Optional
 

@@ -1,8 +1,8 @@
 """Package-wide settings.
 
 ``spmm_backward``: how SpMM's backward computes dX = A^T dY.
-    ``"auto"`` (default): a graph's first backward pass runs cuSPARSE's
-    transposed SpMM over A's CSR, so a graph used for one training step
+    ``"auto"`` (default): a graph's first backward pass runs a transposed
+    SpMM over A's CSR (ours, or cuSPARSE's on large graphs), so a graph used for one training step
     (a mini-batch) never pays for a CSR^T; a later backward pass over the
     same Graph (the graph is reused) builds the CSR^T once and runs a plain
     SpMM over it from then on. With torch.use_deterministic_algorithms(True)
@@ -11,7 +11,7 @@
     ``graph.transpose`` was read), else the transposed SpMM.
     ``"materialized"``: always a plain SpMM over the Graph's CSR^T, built on
     first need (one sort) and cached (deterministic).
-    ``"transpose"``: always cuSPARSE's transposed SpMM over A's CSR (no
+    ``"transpose"``: always the transposed SpMM over A's CSR (no
     second structure, about 2x slower at D=512, and may give run-to-run
     differences in the last bits).
     Set from the environment variable PYG_IOAWARE_SPMM_BACKWARD too.

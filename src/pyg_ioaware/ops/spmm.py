@@ -19,15 +19,15 @@ Both ops check every input (ops.checks) before any kernel runs, the CSR
 contents included the first time a structure is seen, so no input can make
 a kernel read out of bounds. Both are forward-only; :class:`SpmmFunction`
 makes SpMM differentiable in x and values (double backward included): dX =
-A^T dY runs as a plain SpMM over the Graph's CSR^T or as cuSPARSE's
-transposed SpMM over A (config.spmm_backward, :class:`LazyTranspose`),
+A^T dY runs as a plain SpMM over the Graph's CSR^T or as a transposed
+SpMM over A (ours or cuSPARSE's) (config.spmm_backward, :class:`LazyTranspose`),
 dvalues = sddmm. It is an autograd.Function rather than
 ``register_autograd`` because the latter adds about 50 us of Python per
 call in torch 2.13, a large share of a small graph's step; torch.compile
 traces the Function and the ops inside it.
 
 The kernel is chosen per shape class by ops.tuning among the backends of
-ops.spmm_backends (cuSPARSE algorithms, plain torch).
+ops.spmm_backends (kernels of our own, cuSPARSE algorithms, plain torch).
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class SpmmFunction(torch.autograd.Function):
     dY). Its
     backward needs A^T: as a CSR (rowptr_t, col_t, values_t), or, where those
     are None, from ``lazy`` (a :class:`LazyTranspose`, which may give a CSR
-    or None), else as cuSPARSE's transposed SpMM over A. Both structures
+    or None), else as a transposed SpMM over A. Both structures
     must be known valid (a Graph's)."""
 
     @staticmethod
