@@ -25,6 +25,7 @@ allocated per call (see :class:`CusparsePlan`).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -84,8 +85,13 @@ _SPARSE_MM_CPU_DTYPES = (torch.float32, torch.float64)
 def sparse_mm_cpu(call: SpmmCall) -> Tensor:
     """Y = A X by torch.sparse.mm on the CPU, A as a CSR tensor over the
     call's arrays (no copy). Forward-only: autograd is SpmmFunction's."""
-    a = torch.sparse_csr_tensor(call.rowptr, call.col, call.values.detach(),
-                                (call.rowptr.numel() - 1, call.num_cols))
+    with warnings.catch_warnings():  # torch's "sparse CSR is in beta" note, not the user's
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
+                                category=UserWarning)
+        # The structure was validated (ops.checks): torch need not check it again.
+        a = torch.sparse_csr_tensor(call.rowptr, call.col, call.values.detach(),
+                                    (call.rowptr.numel() - 1, call.num_cols),
+                                    check_invariants=False)
     return torch.sparse.mm(a, call.x.detach())
 
 
