@@ -80,18 +80,28 @@ def _add_bias(out: Tensor, bias: Optional[Tensor]) -> Tensor:
 
 # CPU dtypes torch.sparse.mm multiplies a CSR matrix with (MKL where built).
 _SPARSE_MM_CPU_DTYPES = (torch.float32, torch.float64)
+_SPARSE_CSR_NOTE = {"silenced": False}
+
+
+def _csr_view(call: SpmmCall) -> Tensor:
+    """A as a torch CSR tensor over the call's arrays (no copy). The
+    structure was validated (ops.checks): torch need not check it again."""
+    return torch.sparse_csr_tensor(call.rowptr, call.col, call.values.detach(),
+                                   (call.rowptr.numel() - 1, call.num_cols),
+                                   check_invariants=False)
 
 
 def sparse_mm_cpu(call: SpmmCall) -> Tensor:
-    """Y = A X by torch.sparse.mm on the CPU, A as a CSR tensor over the
-    call's arrays (no copy). Forward-only: autograd is SpmmFunction's."""
-    with warnings.catch_warnings():  # torch's "sparse CSR is in beta" note, not the user's
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
-                                category=UserWarning)
-        # The structure was validated (ops.checks): torch need not check it again.
-        a = torch.sparse_csr_tensor(call.rowptr, call.col, call.values.detach(),
-                                    (call.rowptr.numel() - 1, call.num_cols),
-                                    check_invariants=False)
+    """Y = A X by torch.sparse.mm on the CPU. Forward-only: autograd is
+    SpmmFunction's."""
+    if _SPARSE_CSR_NOTE["silenced"]:
+        a = _csr_view(call)
+    else:  # torch warns once per process that sparse CSR is in beta: not the user's concern
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta",
+                                    category=UserWarning)
+            a = _csr_view(call)
+        _SPARSE_CSR_NOTE["silenced"] = True
     return torch.sparse.mm(a, call.x.detach())
 
 
