@@ -251,6 +251,35 @@ def test_library_rejects_unknown_dtype_and_short_row_strides():
 
 
 @needs_library
+def test_own_spmm_checks_its_parameters():
+    """pygio_spmm_csr refuses, before touching the device, what would make
+    its kernels read or write out of bounds."""
+    def call(**fields):
+        a = dict(num_rows=2, num_cols=2, nnz=0, rowptr=16, col=16, index_bits=32)
+        a.update(fields.pop("a", {}))
+        base = dict(dtype=0, values_dtype=0, width=4, y=16, y_row_stride=4, x_row_stride=4)
+        base.update(fields)
+        return _call("pygio_spmm_csr", _params("pygio_spmm_csr_params",
+                                               a=_native.Csr(**a), **base))
+
+    cases = [
+        (dict(a=dict(rowptr=None)), "rowptr must not be NULL"),
+        (dict(a=dict(index_bits=16)), "index_bits must be 32 or 64"),
+        (dict(values_dtype=1), "values_dtype"),
+        (dict(transpose=1, bias=16), "no bias"),
+        (dict(transpose=2), "transpose must be 0 or 1"),
+        (dict(y_row_stride=3), "y row stride 3"),
+        (dict(y=None), "y must not be NULL"),
+        (dict(a=dict(nnz=5), values=16, x=16, x_row_stride=2), "x row stride 2"),
+        (dict(a=dict(nnz=5), values=None, x=16), "values and x must not be NULL"),
+        (dict(dtype=3, a=dict(nnz=5000, num_rows=4), values=16, x=16), "needs a workspace"),
+    ]
+    for fields, expected in cases:
+        status, message = call(**fields)
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+
+
+@needs_library
 def test_spmm_calls_need_a_plan():
     status, message = _call("pygio_spmm_run", _params("pygio_spmm_params"))
     assert status == PYGIO_ERR_INVALID_ARGUMENT and "plan must not be NULL" in message

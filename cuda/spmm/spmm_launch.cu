@@ -183,6 +183,9 @@ int check_spmm_csr(const pygio_spmm_csr_params& p, const char* entry) {
   PYGIO_CHECK_ARG(p.width >= 0, entry_message(entry, "width must be non-negative"));
   if (output_rows(p) == 0 || p.width == 0) return PYGIO_OK;
   PYGIO_CHECK_ARG(p.y != nullptr, entry_message(entry, "y must not be NULL"));
+  // The forward reads every row's extent, entries or not.
+  PYGIO_CHECK_ARG(p.transpose || p.a.rowptr != nullptr,
+                  entry_message(entry, "rowptr must not be NULL"));
   PYGIO_TRY(check_row_stride(p.y_row_stride, p.width, "y", entry));
   PYGIO_CHECK_ARG(workspace_bytes(p) == 0 || p.workspace != nullptr,
                   entry_message(entry, "this call needs a workspace"));
