@@ -89,32 +89,31 @@ def dense(t: Any, name: str, rows: Optional[int], dtype: torch.dtype, device: to
         raise ValueError(f"{who}: {name} is on {t.device}, expected {device}")
 
 
+def _vector(t: Any, name: str, length: int, what: str, dtype: torch.dtype,
+            device: torch.device, who: str) -> None:
+    """t is a 1-D tensor [length] of ``dtype`` (x's) on ``device``;
+    ``what`` says what one entry is, for the shape message."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{who}: {name} must be a tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{who}: {name} dtype {t.dtype} differs from x dtype {dtype}")
+    if t.dim() != 1 or t.size(0) != length:
+        raise ValueError(f"{who}: {name} must have shape [{length}] ({what}), got "
+                         f"{list(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{who}: {name} is on {t.device}, expected {device}")
+
+
 def entry_values(values: Any, nnz: int, dtype: torch.dtype, device: torch.device,
                  who: str) -> None:
     """values is a 1-D tensor [nnz] of ``dtype`` on ``device``."""
-    if not isinstance(values, Tensor):
-        raise TypeError(f"{who}: values must be a tensor, got {type(values).__name__}")
-    if values.dtype != dtype:
-        raise TypeError(f"{who}: values dtype {values.dtype} differs from x dtype {dtype}")
-    if values.dim() != 1 or values.size(0) != nnz:
-        raise ValueError(f"{who}: values must have shape [{nnz}] (one per entry), got "
-                         f"{list(values.shape)}")
-    if values.device != device:
-        raise ValueError(f"{who}: values are on {values.device}, expected {device}")
+    _vector(values, "values", nnz, "one per entry", dtype, device, who)
 
 
 def bias(b: Any, width: int, dtype: torch.dtype, device: torch.device, who: str) -> None:
     """b is None or a 1-D tensor [width] of ``dtype`` on ``device``."""
-    if b is None:
-        return
-    if not isinstance(b, Tensor):
-        raise TypeError(f"{who}: bias must be a tensor or None, got {type(b).__name__}")
-    if b.dtype != dtype:
-        raise TypeError(f"{who}: bias dtype {b.dtype} differs from x dtype {dtype}")
-    if b.dim() != 1 or b.size(0) != width:
-        raise ValueError(f"{who}: bias must have shape [{width}], got {list(b.shape)}")
-    if b.device != device:
-        raise ValueError(f"{who}: bias is on {b.device}, expected {device}")
+    if b is not None:
+        _vector(b, "bias", width, "one per feature", dtype, device, who)
 
 
 # ------------------------------------------------ structures known valid
