@@ -54,23 +54,30 @@ namespace pygio {
 
 // p[i] += v[i] for i < N with atomics: 16- or 8-byte vector atomics for
 // float on sm_90 and newer (p aligned to them), else one per element.
+// Whether atomic_add_pack can use w-element vector atomics here.
+template <typename acc_t, int N, int w>
+__device__ constexpr bool vector_atomics() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return sizeof(acc_t) == 4 && N % w == 0;
+#else
+  return false;
+#endif
+}
+
 template <int N, typename acc_t>
 __device__ __forceinline__ void atomic_add_pack(acc_t* p, const acc_t (&v)[N]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (sizeof(acc_t) == 4 && N % 4 == 0) {
+  if constexpr (vector_atomics<acc_t, N, 4>()) {
 #pragma unroll
     for (int i = 0; i < N; i += 4)
       atomicAdd(reinterpret_cast<float4*>(p + i), make_float4(v[i], v[i + 1], v[i + 2], v[i + 3]));
-    return;
-  } else if constexpr (sizeof(acc_t) == 4 && N % 2 == 0) {
+  } else if constexpr (vector_atomics<acc_t, N, 2>()) {
 #pragma unroll
     for (int i = 0; i < N; i += 2)
       atomicAdd(reinterpret_cast<float2*>(p + i), make_float2(v[i], v[i + 1]));
-    return;
-  }
-#endif
+  } else {
 #pragma unroll
-  for (int i = 0; i < N; ++i) atomicAdd(p + i, v[i]);
+    for (int i = 0; i < N; ++i) atomicAdd(p + i, v[i]);
+  }
 }
 
 }  // namespace pygio

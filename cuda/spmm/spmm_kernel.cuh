@@ -95,6 +95,26 @@ __device__ __forceinline__ int64_t pieces_per_pass(WarpLayout layout) {
   return static_cast<int64_t>(layout.lanes()) * Traits::kPieces;
 }
 
+// Sums the entries [begin, end) of a row over all its pieces, pass by pass,
+// and hands each of this lane's pieces to epilogue(piece, sums) in the
+// lanes of sub-group 0. Every lane of the warp must call it alike.
+template <typename Traits, typename Epilogue>
+__device__ __forceinline__ void gather_row_pieces(const pygio_spmm_csr_params& p,
+                                                  WarpLayout layout, int lane, int64_t begin,
+                                                  int64_t end, Epilogue epilogue) {
+  const int64_t pieces = p.width / Traits::kVec;
+  for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
+    RowAcc<Traits> acc;
+    warp_gather<Traits>(p, layout, lane, base, begin, end, acc);
+    if (layout.sub_group(lane) != 0) continue;
+#pragma unroll
+    for (int q = 0; q < Traits::kPieces; ++q) {
+      const int64_t piece = layout.piece(lane, base, q);
+      if (piece < pieces) epilogue(piece, acc[q]);
+    }
+  }
+}
+
 template <typename Traits>
 __device__ __forceinline__ void register_hub(const HubWorkspace<typename Traits::acc_t>& ws,
                                              int64_t row, int64_t degree) {
@@ -111,13 +131,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   using value_t = typename Traits::value_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec, P = Traits::kPieces;
+  constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const auto* __restrict__ bias = static_cast<const value_t*>(p.bias);
   auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.y);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  const int64_t pieces = p.width / V;
   int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                 threadIdx.x / kWarpSize;
   int64_t next_begin = 0, next_end = 0;
@@ -131,23 +150,15 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
       if (lane == 0) register_hub<Traits>(ws, row, end - begin);
       continue;
     }
-    for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
-      RowAcc<Traits> acc;
-      warp_gather<Traits>(p, layout, lane, base, begin, end, acc);
-      if (layout.sub_group(lane) != 0) continue;
+    gather_row_pieces<Traits>(p, layout, lane, begin, end, [&](int64_t piece, acc_t (&sums)[V]) {
+      const int64_t k = piece * V;
+      if (bias != nullptr) {
 #pragma unroll
-      for (int q = 0; q < P; ++q) {
-        const int64_t piece = layout.piece(lane, base, q);
-        if (piece >= pieces) continue;
-        const int64_t k = piece * V;
-        if (bias != nullptr) {
-#pragma unroll
-          for (int i = 0; i < V; ++i)
-            acc[q][i] += static_cast<acc_t>(DTypeTraits<value_t>::load(bias[k + i]));
-        }
-        store_pack<V>(y + row * p.y_row_stride + k, acc[q]);
+        for (int i = 0; i < V; ++i)
+          sums[i] += static_cast<acc_t>(DTypeTraits<value_t>::load(bias[k + i]));
       }
-    }
+      store_pack<V>(y + row * p.y_row_stride + k, sums);
+    });
   }
 }
 
@@ -156,14 +167,14 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     spmm_hub_chunks_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
                            const HubWorkspace<typename Traits::acc_t> ws) {
   using index_t = typename Traits::index_t;
-  constexpr int V = Traits::kVec, P = Traits::kPieces;
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const unsigned long long counter = *ws.counter;
   const int64_t num_hubs = static_cast<int64_t>(counter >> kHubCountShift);
   const int64_t num_chunks = static_cast<int64_t>(counter & ((1ull << kHubCountShift) - 1));
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  const int64_t pieces = p.width / V;
   for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
@@ -174,16 +185,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     const int64_t begin = rowptr[hub.row] + (chunk - hub.first_chunk) * kHubChunk;
     const int64_t row_end = rowptr[hub.row + 1];
     const int64_t end = begin + kHubChunk < row_end ? begin + kHubChunk : row_end;
-    for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
-      RowAcc<Traits> acc;
-      warp_gather<Traits>(p, layout, lane, base, begin, end, acc);
-      if (layout.sub_group(lane) != 0) continue;
-#pragma unroll
-      for (int q = 0; q < P; ++q) {
-        const int64_t piece = layout.piece(lane, base, q);
-        if (piece < pieces) atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, acc[q]);
-      }
-    }
+    gather_row_pieces<Traits>(p, layout, lane, begin, end, [&](int64_t piece, acc_t (&sums)[V]) {
+      atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, sums);
+    });
   }
 }
 
