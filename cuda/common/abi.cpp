@@ -65,6 +65,8 @@ size_t pygio_struct_size(int32_t kind) {
     case PYGIO_STRUCT_SELF_LOOPS_PARAMS: return sizeof(pygio_self_loops_params);
     case PYGIO_STRUCT_GCN_NORM_PARAMS: return sizeof(pygio_gcn_norm_params);
     case PYGIO_STRUCT_SPMM_CSR_PARAMS: return sizeof(pygio_spmm_csr_params);
+    case PYGIO_STRUCT_MINMAX_PARAMS: return sizeof(pygio_minmax_params);
+    case PYGIO_STRUCT_MINMAX_BACKWARD_PARAMS: return sizeof(pygio_minmax_backward_params);
     default: return 0;
   }
 }

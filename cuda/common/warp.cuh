@@ -1,6 +1,8 @@
 // Warp-level helpers shared by kernels.
 #pragma once
 
+#include <stdint.h>
+
 namespace pygio {
 
 constexpr int kWarpSize = 32;
@@ -12,5 +14,20 @@ __device__ __forceinline__ T warp_sum(T v) {
     v += __shfl_down_sync(0xffffffffu, v, offset);
   return v;
 }
+
+// How a warp covers a row: `lanes` (a power of two) lanes span kPieces *
+// lanes pieces of the row; the warp's 32 / lanes sub-groups take every
+// (32 / lanes)-th entry and are summed with shuffles at the end.
+struct WarpLayout {
+  int shift;  // log2(lanes)
+  __device__ int lanes() const { return 1 << shift; }
+  __device__ int sub_group(int lane) const { return lane >> shift; }
+  __device__ int sub_groups() const { return kWarpSize >> shift; }
+  __device__ int lane_in_group(int lane) const { return lane & ((1 << shift) - 1); }
+  // The q-th piece `lane` holds in the pass starting at piece `base`.
+  __device__ int64_t piece(int lane, int64_t base, int q) const {
+    return base + lane_in_group(lane) + (static_cast<int64_t>(q) << shift);
+  }
+};
 
 }  // namespace pygio

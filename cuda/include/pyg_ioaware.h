@@ -75,6 +75,8 @@ typedef enum {
   PYGIO_STRUCT_SELF_LOOPS_PARAMS = 4,
   PYGIO_STRUCT_GCN_NORM_PARAMS = 5,
   PYGIO_STRUCT_SPMM_CSR_PARAMS = 6,
+  PYGIO_STRUCT_MINMAX_PARAMS = 7,
+  PYGIO_STRUCT_MINMAX_BACKWARD_PARAMS = 8,
 } pygio_struct_kind;
 
 /*
@@ -227,6 +229,92 @@ PYGIO_API int pygio_spmm_csr_workspace_size(const pygio_spmm_csr_params* params,
 /* Enqueues Y = op(A) X (+ bias). Sizes of 0 are allowed (Y gets bias or
  * zeros; nothing is read). Y is fully overwritten. */
 PYGIO_API int pygio_spmm_csr(const pygio_spmm_csr_params* params);
+
+/* ------------------------------------------------- neighbour min / max ---
+ * out[r, f] = min (reduce = 0) or max (reduce = 1) over the entries e of
+ * row r of x[col[e], f]: rows of A are destinations, col holds sources, x
+ * has a.num_cols rows. Values are ordered by a 32-bit rank of their fp32
+ * widening: -0.0 and +0.0 are equal, NaN wins over every number (min and
+ * max propagate NaN), ties go to the smaller source index. out takes the
+ * winner's value (0 for a row with no entries) in dtype.
+ *
+ * arg (optional) records, per element, how the backward distributes
+ * dL/dout[r, f] (PyG's rule, torch.scatter_reduce's with include_self =
+ * false on a zero-filled output: an even split among the sources equal to
+ * the result, counting the zero fill as one more where the result is 0;
+ * NaN to every source of a NaN result):
+ *   arg >= 0           the whole gradient goes to source arg;
+ *   PYGIO_ARG_EMPTY    the row has no entries;
+ *   any other negative ~winner: a tie, a zero or a NaN result, resolved
+ *                      in backward by walking the row.
+ * Sources are int32: a.num_cols must be below 2^31 where arg is written.
+ *
+ * Rows of more than max(*hub_degree, PYGIO_MINMAX_MIN_HUB_DEGREE) entries
+ * (at most max_hubs of them; any more are done whole) are split into
+ * chunks over all SMs and merged with one 64-bit atomicMax per element on
+ * (rank, ~source, tie bit); the result does not depend on the order.
+ */
+#define PYGIO_ARG_EMPTY INT32_MIN
+#define PYGIO_MINMAX_MIN_HUB_DEGREE 256
+
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_minmax_params) */
+  int32_t dtype;           /* pygio_dtype of x and out */
+  int32_t device;
+  int32_t reduce;          /* 0: min, 1: max */
+  pygio_csr a;
+  int64_t width;
+  const void* x;
+  int64_t x_row_stride;    /* >= width */
+  const int64_t* hub_degree;  /* device scalar, or NULL: no row is split */
+  int64_t max_hubs;        /* hub slots of the workspace (0 with hub_degree NULL) */
+  void* out;
+  int64_t out_row_stride;  /* >= width */
+  int32_t* arg;            /* [num_rows, width], contiguous, or NULL */
+  void* workspace;         /* pygio_minmax_workspace_size bytes, 16-byte aligned */
+  void* stream;
+} pygio_minmax_params;
+
+/* *bytes = the workspace pygio_minmax needs (sizes only are read). */
+PYGIO_API int pygio_minmax_workspace_size(const pygio_minmax_params* params, size_t* bytes);
+
+PYGIO_API int pygio_minmax(const pygio_minmax_params* params);
+
+/*
+ * grad_x = d out / d x applied to grad_out for the forward above (its out
+ * and arg), by arg's rule. deterministic = 0: grad_out scattered through
+ * arg with atomics; deterministic = 1: every grad_x row summed in one
+ * thread per element in CSR^T order (a_t: rows = sources, col =
+ * destinations, the transpose of a), no atomics. grad_x (num_cols rows) is
+ * fully overwritten. arg entries that name no source of the graph are
+ * ignored (arg must be the forward's).
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_minmax_backward_params) */
+  int32_t dtype;
+  int32_t device;
+  int32_t reduce;
+  int32_t deterministic;
+  pygio_csr a;
+  pygio_csr a_t;           /* deterministic only (else ignored) */
+  int64_t width;
+  const void* x;
+  int64_t x_row_stride;
+  const void* out;
+  int64_t out_row_stride;
+  const int32_t* arg;      /* [num_rows, width], contiguous */
+  const void* grad_out;
+  int64_t grad_out_row_stride;
+  void* grad_x;
+  int64_t grad_x_row_stride;
+  void* workspace;         /* pygio_minmax_backward_workspace_size bytes, 16-byte aligned */
+  void* stream;
+} pygio_minmax_backward_params;
+
+PYGIO_API int pygio_minmax_backward_workspace_size(const pygio_minmax_backward_params* params,
+                                                   size_t* bytes);
+
+PYGIO_API int pygio_minmax_backward(const pygio_minmax_backward_params* params);
 
 /* --------------------------------------------------------------- SDDMM ---
  * out[e] = sum_k G[row(e), k] * X[col(e), k] for every entry e of A, in CSR

@@ -116,15 +116,6 @@ __device__ __forceinline__ void gather_row_pieces(const pygio_spmm_csr_params& p
 }
 
 template <typename Traits>
-__device__ __forceinline__ void register_hub(const HubWorkspace<typename Traits::acc_t>& ws,
-                                             int64_t row, int64_t degree) {
-  const unsigned long long chunks = (degree + kHubChunk - 1) / kHubChunk;
-  const unsigned long long old = atomicAdd(ws.counter, (1ull << kHubCountShift) + chunks);
-  const int64_t slot = static_cast<int64_t>(old >> kHubCountShift);
-  ws.hubs[slot] = HubEntry{row, static_cast<int64_t>(old & ((1ull << kHubCountShift) - 1))};
-}
-
-template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     spmm_rows_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
                      const HubWorkspace<typename Traits::acc_t> ws) {
@@ -146,10 +137,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     const int64_t begin = next_begin, end = next_end;
     if (row + warps < p.a.num_rows)
       next_begin = rowptr[row + warps], next_end = rowptr[row + warps + 1];
-    if (ws.hubs != nullptr && end - begin > ws.threshold) {
-      if (lane == 0) register_hub<Traits>(ws, row, end - begin);
+    if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
+        register_hub(ws.list, row, end - begin, kHubChunk, lane))
       continue;
-    }
     gather_row_pieces<Traits>(p, layout, lane, begin, end, [&](int64_t piece, acc_t (&sums)[V]) {
       const int64_t k = piece * V;
       if (bias != nullptr) {
@@ -170,21 +160,15 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const unsigned long long counter = *ws.counter;
-  const int64_t num_hubs = static_cast<int64_t>(counter >> kHubCountShift);
-  const int64_t num_chunks = static_cast<int64_t>(counter & ((1ull << kHubCountShift) - 1));
+  const int64_t num_hubs = hub_count(ws.list);
+  const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(ws.list) : 0;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
-    // The hub of this chunk: the last slot whose first chunk is at most it.
-    const int64_t lo = last_at_most(num_hubs, chunk,
-                                    [&](int64_t slot) { return ws.hubs[slot].first_chunk; });
-    const HubEntry hub = ws.hubs[lo];
-    const int64_t begin = rowptr[hub.row] + (chunk - hub.first_chunk) * kHubChunk;
-    const int64_t row_end = rowptr[hub.row + 1];
-    const int64_t end = begin + kHubChunk < row_end ? begin + kHubChunk : row_end;
+    int64_t begin = 0, end = 0;
+    const int64_t lo = hub_chunk_range(ws.list, num_hubs, rowptr, chunk, kHubChunk, &begin, &end);
     gather_row_pieces<Traits>(p, layout, lane, begin, end, [&](int64_t piece, acc_t (&sums)[V]) {
       atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, sums);
     });
@@ -199,13 +183,13 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   using acc_t = typename Traits::acc_t;
   const auto* __restrict__ bias = static_cast<const value_t*>(p.bias);
   auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.y);
-  const int64_t num_hubs = static_cast<int64_t>(*ws.counter >> kHubCountShift);
+  const int64_t num_hubs = hub_count(ws.list);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   for (int64_t slot = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                       threadIdx.x / kWarpSize;
        slot < num_hubs; slot += warps) {
-    const int64_t row = ws.hubs[slot].row;
+    const int64_t row = ws.list.hubs[slot].row;
     for (int64_t k = lane; k < p.width; k += kWarpSize) {
       acc_t v = ws.sums[slot * p.width + k];
       if (bias != nullptr) v += static_cast<acc_t>(DTypeTraits<value_t>::load(bias[k]));

@@ -6,6 +6,7 @@
 #include "../common/abi.h"
 #include "../common/device_guard.h"
 #include "../common/grid.h"
+#include "../common/vector_width.h"
 #include "spmm_kernel.cuh"
 
 namespace pygio {
@@ -47,19 +48,10 @@ size_t workspace_bytes(const pygio_spmm_csr_params& p) {
   return kAlign + round_up(slots * p.width * acc) + round_up(slots * sizeof(HubEntry));
 }
 
-// The widest load (16, 8 bytes or one element) that divides the width and
-// both row strides and that every base pointer is aligned to.
+// The widest load the width, both row strides and both base pointers allow.
 int vector_elements(const pygio_spmm_csr_params& p) {
-  const size_t size = element_size(p.dtype);
-  for (size_t bytes : {size_t{16}, size_t{8}}) {
-    if (bytes <= size) break;
-    const size_t n = bytes / size;
-    const bool fits = p.width % n == 0 && p.x_row_stride % n == 0 && p.y_row_stride % n == 0 &&
-                      reinterpret_cast<uintptr_t>(p.x) % bytes == 0 &&
-                      reinterpret_cast<uintptr_t>(p.y) % bytes == 0;
-    if (fits) return static_cast<int>(n);
-  }
-  return 1;
+  return widest_vector(element_size(p.dtype), p.width, {p.x_row_stride, p.y_row_stride},
+                       {p.x, p.y});
 }
 
 // Whether a lane holds several pieces of a row (Traits::wide_pieces()):
@@ -77,15 +69,15 @@ WarpLayout warp_layout(int64_t pieces, int per_lane) {
 template <typename Traits>
 int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   using acc_t = typename Traits::acc_t;
-  HubWorkspace<acc_t> ws{nullptr, nullptr, nullptr, forward_hub_threshold(p)};
+  HubWorkspace<acc_t> ws{HubList{nullptr, nullptr, 0}, nullptr, forward_hub_threshold(p)};
   const int64_t slots = forward_hub_slots(p);
   if (slots > 0) {
     // Layout: counter, hub accumulators (both zeroed by one memset), hub list.
     auto* base = static_cast<char*>(p.workspace);
     const size_t zeroed = kAlign + round_up(slots * p.width * sizeof(acc_t));
-    ws.counter = reinterpret_cast<unsigned long long*>(base);
+    ws.list = HubList{reinterpret_cast<unsigned long long*>(base),
+                      reinterpret_cast<HubEntry*>(base + zeroed), slots};
     ws.sums = reinterpret_cast<acc_t*>(base + kAlign);
-    ws.hubs = reinterpret_cast<HubEntry*>(base + zeroed);
     PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, zeroed, stream));
   }
   const WarpLayout layout = warp_layout(p.width / Traits::kVec, Traits::kPieces);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../common/dtype.cuh"
+#include "../common/hubs.cuh"
 #include "../common/vector.cuh"
 #include "../common/warp.cuh"
 
@@ -38,33 +39,6 @@ struct SpmmTraits {
   static_assert(sizeof(index_t) == 4 || sizeof(index_t) == 8, "index_t is int32 or int64");
 };
 
-// How a warp covers a row: `lanes` (a power of two) lanes span kPieces *
-// lanes pieces of the row; the warp's 32 / lanes sub-groups take every
-// (32 / lanes)-th entry and are summed with shuffles at the end.
-struct WarpLayout {
-  int shift;  // log2(lanes)
-  __device__ int lanes() const { return 1 << shift; }
-  __device__ int sub_group(int lane) const { return lane >> shift; }
-  __device__ int sub_groups() const { return kWarpSize >> shift; }
-  __device__ int lane_in_group(int lane) const { return lane & ((1 << shift) - 1); }
-  // The q-th piece `lane` holds in the pass starting at piece `base`.
-  __device__ int64_t piece(int lane, int64_t base, int q) const {
-    return base + lane_in_group(lane) + (static_cast<int64_t>(q) << shift);
-  }
-};
-
-// The last index i in [0, count) with key(i) <= target (key non-decreasing,
-// key(0) <= target).
-template <typename Key>
-__device__ __forceinline__ int64_t last_at_most(int64_t count, int64_t target, Key key) {
-  int64_t lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (key(mid) <= target) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
-
 // Rows with more entries than the hub degree are hubs: split into
 // kHubChunk-entry chunks, one warp each, merged with atomics into one
 // accumulator row per hub. The hub degree is kHubDegree, raised where
@@ -87,23 +61,13 @@ inline int64_t max_hubs(int64_t num_rows, int64_t nnz, int64_t threshold) {
   return bound < num_rows ? bound : num_rows;
 }
 
-// One registered hub: its row and the index of its first chunk in the
-// global chunk list (slots are numbered in chunk order).
-struct HubEntry {
-  int64_t row;
-  int64_t first_chunk;
-};
-
-// The forward kernels' workspace: a packed counter ((hubs << 40) | chunks),
-// the hub list and one accumulator row per hub.
+// The forward kernels' workspace: the hub list (common/hubs.cuh) and one
+// accumulator row per hub slot.
 template <typename acc_t>
 struct HubWorkspace {
-  unsigned long long* counter;
-  HubEntry* hubs;
-  acc_t* sums;  // [max_hubs, width]
+  HubList list;
+  acc_t* sums;  // [list.capacity, width]
   int64_t threshold;
 };
-
-constexpr int kHubCountShift = 40;
 
 }  // namespace pygio

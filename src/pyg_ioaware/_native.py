@@ -128,6 +128,54 @@ class SddmmParams(ctypes.Structure):
     ]
 
 
+class MinmaxParams(ctypes.Structure):
+    """Mirror of ``pygio_minmax_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("reduce", ctypes.c_int32),
+        ("a", Csr),
+        ("width", ctypes.c_int64),
+        ("x", ctypes.c_void_p),
+        ("x_row_stride", ctypes.c_int64),
+        ("hub_degree", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("out_row_stride", ctypes.c_int64),
+        ("arg", ctypes.POINTER(ctypes.c_int32)),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class MinmaxBackwardParams(ctypes.Structure):
+    """Mirror of ``pygio_minmax_backward_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("reduce", ctypes.c_int32),
+        ("deterministic", ctypes.c_int32),
+        ("a", Csr),
+        ("a_t", Csr),
+        ("width", ctypes.c_int64),
+        ("x", ctypes.c_void_p),
+        ("x_row_stride", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("out_row_stride", ctypes.c_int64),
+        ("arg", ctypes.POINTER(ctypes.c_int32)),
+        ("grad_out", ctypes.c_void_p),
+        ("grad_out_row_stride", ctypes.c_int64),
+        ("grad_x", ctypes.c_void_p),
+        ("grad_x_row_stride", ctypes.c_int64),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 def library_path() -> Optional[str]:
     """The native library to load: $PYG_IOAWARE_NATIVE_LIB, else the copy
     installed inside the package, else None."""
@@ -206,6 +254,12 @@ _SIGNATURES = {
     "pygio_sddmm": ([ctypes.POINTER(SddmmParams)], ctypes.c_int),
     "pygio_csr_add_self_loops": ([ctypes.POINTER(SelfLoopsParams)], ctypes.c_int),
     "pygio_gcn_norm": ([ctypes.POINTER(GcnNormParams)], ctypes.c_int),
+    "pygio_minmax_workspace_size": (
+        [ctypes.POINTER(MinmaxParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_minmax": ([ctypes.POINTER(MinmaxParams)], ctypes.c_int),
+    "pygio_minmax_backward_workspace_size": (
+        [ctypes.POINTER(MinmaxBackwardParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_minmax_backward": ([ctypes.POINTER(MinmaxBackwardParams)], ctypes.c_int),
 }
 
 
@@ -443,6 +497,71 @@ def sddmm(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor, out: Tensor) -> Non
 def _int64_pointer(tensor: Optional[Tensor]):
     return None if tensor is None else ctypes.cast(tensor.data_ptr(),
                                                    ctypes.POINTER(ctypes.c_int64))
+
+
+def _int32_pointer(tensor: Optional[Tensor]):
+    return None if tensor is None else ctypes.cast(tensor.data_ptr(),
+                                                   ctypes.POINTER(ctypes.c_int32))
+
+
+REDUCE_CODES = {"min": 0, "max": 1}
+
+
+def _workspace(size: ctypes.c_size_t, device: torch.device) -> Optional[Tensor]:
+    """A workspace of ``size`` bytes from torch's caching allocator (None for 0)."""
+    if size.value == 0:
+        return None
+    return torch.empty(size.value, dtype=torch.uint8, device=device)
+
+
+def minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
+           hub_degree: Optional[Tensor], max_hubs: int, out: Tensor,
+           arg: Optional[Tensor]) -> None:
+    """Enqueues out (and arg) = the neighbour min / max of x over the CSR
+    (rowptr, col) on torch's current stream (contract: pygio_minmax in
+    pyg_ioaware.h): ``hub_degree`` an int64 device scalar (or None: no
+    split) with at most ``max_hubs`` rows above it; arg int32 contiguous."""
+    lib = library()
+    params = MinmaxParams(struct_size=ctypes.sizeof(MinmaxParams), dtype=_dtype_code(x.dtype),
+                          device=x.device.index, reduce=REDUCE_CODES[reduce],
+                          a=_csr(rowptr, col, x.size(0)), width=x.size(1),
+                          x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
+                          hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
+                          out=out.data_ptr(), out_row_stride=_row_stride(out, "out"),
+                          arg=_int32_pointer(arg), stream=stream_of(x))
+    size = ctypes.c_size_t()
+    check(lib.pygio_minmax_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    workspace = _workspace(size, x.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_minmax(ctypes.byref(params)))
+
+
+def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: Tensor,
+                    out: Tensor, arg: Tensor, grad_out: Tensor, reduce: str,
+                    grad_x: Tensor) -> None:
+    """Enqueues grad_x = the gradient of pygio_minmax's out through its arg
+    on torch's current stream (contract: pygio_minmax_backward):
+    deterministic where ``transpose`` (rowptr_t, col_t, the CSR^T) is given,
+    else with atomics."""
+    lib = library()
+    num_rows = rowptr.numel() - 1
+    a_t = Csr(index_bits=index_bits(rowptr.dtype))
+    if transpose is not None:
+        a_t = _csr(transpose[0], transpose[1], num_rows)
+    params = MinmaxBackwardParams(
+        struct_size=ctypes.sizeof(MinmaxBackwardParams), dtype=_dtype_code(x.dtype),
+        device=x.device.index, reduce=REDUCE_CODES[reduce],
+        deterministic=int(transpose is not None), a=_csr(rowptr, col, x.size(0)), a_t=a_t,
+        width=x.size(1), x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
+        out=out.data_ptr(), out_row_stride=_row_stride(out, "out"), arg=_int32_pointer(arg),
+        grad_out=grad_out.data_ptr(), grad_out_row_stride=_row_stride(grad_out, "grad_out"),
+        grad_x=grad_x.data_ptr(), grad_x_row_stride=_row_stride(grad_x, "grad_x"),
+        stream=stream_of(x))
+    size = ctypes.c_size_t()
+    check(lib.pygio_minmax_backward_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    workspace = _workspace(size, x.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_minmax_backward(ctypes.byref(params)))
 
 
 def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Optional[Tensor],

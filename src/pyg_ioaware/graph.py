@@ -445,13 +445,15 @@ def known_valid_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> bool:
 
 # ----------------------------------------- kernel state beside a structure
 class StructureState:
-    """What the ops keep beside one CSR structure: the backends' plans
-    (objects with an ``nbytes``). Filled by ops.spmm_backends; lives as long
+    """What the ops keep beside one CSR structure: the SpMM backends' plans
+    (objects with an ``nbytes``; ops.spmm_backends) and the min/max hub
+    degree per quantile (int64 device scalars; ops.minmax). Lives as long
     as the structure's rowptr tensor."""
-    __slots__ = ("plans", "__weakref__")
+    __slots__ = ("plans", "hub_degrees", "__weakref__")
 
     def __init__(self):
         self.plans: Dict[tuple, Any] = {}
+        self.hub_degrees: Dict[float, Tensor] = {}
 
 
 # id(rowptr) -> (weak reference to rowptr, its state). A plain dict keyed by

@@ -152,7 +152,7 @@ def test_bad_input_is_rejected_before_any_kernel():
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
     x = torch.randn(3, 4)
     with pytest.raises(ValueError, match="reduce"):
-        ops.aggregate(x, edge_index, reduce="max")
+        ops.aggregate(x, edge_index, reduce="prod")
     with pytest.raises(ValueError, match="shape \\[3\\]"):
         ops.aggregate(x, edge_index, edge_weight=torch.rand(4))
     with pytest.raises(TypeError, match="floating-point"):

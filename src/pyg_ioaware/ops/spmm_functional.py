@@ -1,5 +1,5 @@
-"""The SpMM family's orchestration: what layers (and users who want no
-module) call.
+"""The SpMM family's orchestration: what GCNConv (and users who want no
+module) call; plain sum / mean aggregation is ops.aggregate.
 
 It takes the adjacency in any form :meth:`Graph.from_input` accepts, picks
 up edge weights, adds self loops, normalizes, and runs the differentiable
@@ -9,7 +9,7 @@ features.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -20,7 +20,6 @@ from . import checks
 from .normalize import normalized_values, weights_in_csr_order
 from .spmm import LazyTranspose, SpmmFunction, spmm_trusted
 
-PairTensor = Tuple[Tensor, Optional[Tensor]]
 FLOWS = ("source_to_target", "target_to_source")
 
 
@@ -125,33 +124,6 @@ def gcn_adjacency(adj: Any, num_nodes: NumNodes, edge_weight: Optional[Tensor] =
     return SpmmAdjacency(graph, weight_csr, "gcn" if normalize else "sum")
 
 
-def aggregate(x: Union[Tensor, PairTensor], adj: Any, reduce: str = "sum",
-              edge_weight: Optional[Tensor] = None) -> Tensor:
-    """Sum or mean of (weighted) source features over each node's incoming
-    edges:
-
-        sum:  out[d] = sum_{(s -> d)} w_e x[s]
-        mean: out[d] = (1 / indeg(d)) sum_{(s -> d)} w_e x[s]   (0 where indeg(d) = 0)
-
-    ``x`` is a tensor [N, C] or [N, H, C] (square graph) or ``(x_src,
-    x_dst)`` (bipartite; only x_dst's row count is used). ``adj`` is
-    anything :meth:`Graph.from_input` takes; ``edge_weight`` one weight per
-    input edge (default: a sparse input's values, else ones).
-    """
-    who = f"aggregate(reduce={reduce!r})"
-    if reduce not in ("sum", "mean"):
-        raise ValueError(f"{who}: reduce must be 'sum' or 'mean'")
-    if isinstance(x, (tuple, list)):
-        x_src, x_dst = x
-        num_nodes = None if x_dst is None else (_rows(x_src, who), _rows(x_dst, who))
-    else:
-        x_src, num_nodes = x, _rows(x, who)
-    graph = Graph.from_input(adj, num_nodes)
-    checks.node_features(x_src, graph.num_src, graph.device, who)
-    weight_csr = weights_in_csr_order(graph, input_edge_weight(graph, edge_weight, who))
-    return _unflat(propagate(graph, weight_csr, reduce, _flat(x_src)), x_src)
-
-
 def _flat(x: Tensor) -> Tensor:
     """[N, ...] features as [N, C] (2-D input as is)."""
     return x if x.dim() == 2 else x.flatten(1)
@@ -162,11 +134,3 @@ def _unflat(out: Tensor, like: Tensor) -> Tensor:
     as they are, not as views: a view would turn a caller's in-place bias add
     into a copy of the whole output in backward."""
     return out if like.dim() == 2 else out.view(out.size(0), *like.shape[1:])
-
-
-def _rows(x: Any, who: str) -> int:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{who}: expected node features as a tensor, got {type(x).__name__}")
-    if x.dim() == 0:
-        raise ValueError(f"{who}: node features must be at least 1-D")
-    return x.size(0)

@@ -1,0 +1,89 @@
+// Hub rows: rows too long for one warp, registered by the kernel that meets
+// them and split into fixed-size chunks of entries that a second kernel
+// spreads over all SMs. Shared by the kernel families that split hubs.
+//
+// A hub list is a packed 64-bit counter ((hubs << kHubCountShift) | chunks)
+// and an array of HubEntry. One atomicAdd on the counter gives a row its
+// slot and the index of its first chunk, so the chunks of all hubs are
+// numbered consecutively, in slot order, without a prefix sum.
+#pragma once
+
+#include <stdint.h>
+
+#include "warp.cuh"
+
+namespace pygio {
+
+constexpr int kHubCountShift = 40;
+
+// One registered hub: its row and the index of its first chunk.
+struct HubEntry {
+  int64_t row;
+  int64_t first_chunk;
+};
+
+struct HubList {
+  unsigned long long* counter;  // zeroed before the registering kernel
+  HubEntry* hubs;               // capacity entries
+  int64_t capacity;
+};
+
+// The last index i in [0, count) with key(i) <= target (key non-decreasing,
+// key(0) <= target).
+template <typename Key>
+__device__ __forceinline__ int64_t last_at_most(int64_t count, int64_t target, Key key) {
+  int64_t lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (key(mid) <= target) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Registers `row` (`degree` entries, split into chunks of `chunk`) from
+// lane 0 and tells every lane of the warp whether it was taken: false where
+// the list is full (the caller then does the row itself; chunks counted for
+// it are empty ranges, see hub_chunk_range). Every lane must call it.
+__device__ __forceinline__ bool register_hub(const HubList& list, int64_t row, int64_t degree,
+                                             int64_t chunk, int lane) {
+  int taken = 0;
+  if (lane == 0) {
+    const unsigned long long chunks = (degree + chunk - 1) / chunk;
+    const unsigned long long old = atomicAdd(list.counter, (1ull << kHubCountShift) + chunks);
+    const int64_t slot = static_cast<int64_t>(old >> kHubCountShift);
+    if (slot < list.capacity) {
+      list.hubs[slot] = HubEntry{row, static_cast<int64_t>(old & ((1ull << kHubCountShift) - 1))};
+      taken = 1;
+    }
+  }
+  return __shfl_sync(0xffffffffu, taken, 0) != 0;
+}
+
+// Hubs registered (at most the capacity) and chunks counted, read after
+// the registering kernel has finished.
+__device__ __forceinline__ int64_t hub_count(const HubList& list) {
+  const int64_t hubs = static_cast<int64_t>(*list.counter >> kHubCountShift);
+  return hubs < list.capacity ? hubs : list.capacity;
+}
+__device__ __forceinline__ int64_t hub_chunk_count(const HubList& list) {
+  return static_cast<int64_t>(*list.counter & ((1ull << kHubCountShift) - 1));
+}
+
+// Chunk `chunk`'s hub slot and its entries [*begin, *end) (an empty range
+// for a chunk counted for a row the full list refused). Needs num_hubs > 0.
+template <typename index_t>
+__device__ __forceinline__ int64_t hub_chunk_range(const HubList& list, int64_t num_hubs,
+                                                   const index_t* __restrict__ rowptr,
+                                                   int64_t chunk, int64_t chunk_size,
+                                                   int64_t* begin, int64_t* end) {
+  const int64_t slot = last_at_most(num_hubs, chunk,
+                                    [&](int64_t s) { return list.hubs[s].first_chunk; });
+  const HubEntry hub = list.hubs[slot];
+  const int64_t row_end = rowptr[hub.row + 1];
+  const int64_t first = rowptr[hub.row] + (chunk - hub.first_chunk) * chunk_size;
+  *begin = first < row_end ? first : row_end;
+  *end = first + chunk_size < row_end ? first + chunk_size : row_end;
+  return slot;
+}
+
+}  // namespace pygio

@@ -1,0 +1,286 @@
+// Entry points of the neighbour min / max kernels: checks, workspace
+// layout, vector width and lane layout, dtype / index / reduce dispatch.
+#include <string>
+#include <type_traits>
+
+#include "../common/abi.h"
+#include "../common/device_guard.h"
+#include "../common/grid.h"
+#include "../common/vector_width.h"
+#include "minmax_kernel.cuh"
+
+namespace pygio {
+namespace {
+
+constexpr size_t kAlign = 16;
+
+size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+size_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case PYGIO_FLOAT64: return 8;
+    case PYGIO_FLOAT32: return 4;
+    default: return 2;
+  }
+}
+
+size_t accumulator_size(int32_t dtype) { return dtype == PYGIO_FLOAT64 ? 8 : 4; }
+
+// Hub slots of a forward: none for fp64 (its values do not fit the merge word).
+int64_t hub_slots(const pygio_minmax_params& p) {
+  if (p.hub_degree == nullptr || p.dtype == PYGIO_FLOAT64 || p.width == 0) return 0;
+  const int64_t bound = p.a.nnz / (PYGIO_MINMAX_MIN_HUB_DEGREE + 1);
+  const int64_t slots = p.max_hubs < bound ? p.max_hubs : bound;
+  return slots < p.a.num_rows ? slots : p.a.num_rows;
+}
+
+// Layout: counter, merge words (both zeroed by one memset), hub list.
+size_t forward_zeroed_bytes(const pygio_minmax_params& p) {
+  return kAlign + round_up(hub_slots(p) * p.width * sizeof(unsigned long long));
+}
+size_t forward_workspace_bytes(const pygio_minmax_params& p) {
+  const int64_t slots = hub_slots(p);
+  return slots == 0 ? 0 : forward_zeroed_bytes(p) + round_up(slots * sizeof(HubEntry));
+}
+
+// 16-bit grad_x accumulates in fp32; the deterministic path keeps every
+// element's share.
+size_t backward_workspace_bytes(const pygio_minmax_backward_params& p) {
+  const size_t acc = accumulator_size(p.dtype);
+  if (p.deterministic) return round_up(p.a.num_rows * p.width * acc);
+  return element_size(p.dtype) == 2 ? round_up(p.a.num_cols * p.width * acc) : 0;
+}
+
+// Lanes spanning a row of `pieces` vectors: enough for them, at most a warp.
+WarpLayout warp_layout(int64_t pieces) {
+  int shift = 0;
+  while (shift < 5 && (int64_t{1} << shift) < pieces) ++shift;
+  return WarpLayout{shift};
+}
+
+// Calls go(std::integral_constant<int, kVec>) for the vector width `vec`.
+template <typename scalar_t, typename Go>
+int with_vector(int vec, Go go) {
+  constexpr int kWide = 16 / sizeof(scalar_t), kHalf = 8 / sizeof(scalar_t);
+  if (vec == kWide) return go(std::integral_constant<int, kWide>{});
+  if (kHalf > 1 && vec == kHalf) return go(std::integral_constant<int, kHalf>{});
+  return go(std::integral_constant<int, 1>{});
+}
+
+// Calls go(std::bool_constant<is max>) for the reduce code.
+template <typename Go>
+int with_reduce(int32_t reduce, Go go) {
+  return reduce == 1 ? go(std::true_type{}) : go(std::false_type{});
+}
+
+template <typename Traits>
+int launch_forward(const pygio_minmax_params& p, cudaStream_t stream) {
+  MinMaxHubs hubs{HubList{nullptr, nullptr, 0}, nullptr, p.hub_degree};
+  const int64_t slots = hub_slots(p);
+  if (slots > 0) {
+    auto* base = static_cast<char*>(p.workspace);
+    hubs.list = HubList{reinterpret_cast<unsigned long long*>(base),
+                        reinterpret_cast<HubEntry*>(base + forward_zeroed_bytes(p)), slots};
+    hubs.words = reinterpret_cast<unsigned long long*>(base + kAlign);
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, forward_zeroed_bytes(p), stream));
+  }
+  const WarpLayout layout = warp_layout(p.width / Traits::kVec);
+  unsigned grid = 0;
+  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                          p.device, &grid));
+  minmax_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, hubs);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  if (slots == 0) return PYGIO_OK;
+  if constexpr (sizeof(typename Traits::acc_t) == 4) {
+    PYGIO_TRY(resident_grid(p.a.nnz / kMinMaxHubChunk + slots, Traits::kWarpsPerBlock,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    minmax_hub_chunks_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout,
+                                                                                   hubs);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    PYGIO_TRY(resident_grid(slots * p.width, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
+                            p.device, &grid));
+    minmax_hub_finish_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, hubs);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  return PYGIO_OK;
+}
+
+template <typename Traits>
+int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) {
+  using acc_t = typename Traits::acc_t;
+  using scalar_t = typename Traits::scalar_t;
+  unsigned grid = 0;
+  if (p.deterministic) {
+    auto* share = static_cast<acc_t*>(p.workspace);
+    PYGIO_TRY(resident_grid(p.a.num_rows * p.width, Traits::kThreadsPerBlock,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    if (p.a.num_rows * p.width > 0) {
+      minmax_share_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, share);
+      PYGIO_CHECK_CUDA(cudaGetLastError());
+    }
+    PYGIO_TRY(resident_grid(p.a_t.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                            p.device, &grid));
+    minmax_gather_grad_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, share);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    return PYGIO_OK;
+  }
+  constexpr bool kDirect = sizeof(scalar_t) == sizeof(acc_t);  // grad_x is its own accumulator
+  acc_t* acc = kDirect ? static_cast<acc_t*>(p.grad_x) : static_cast<acc_t*>(p.workspace);
+  const int64_t acc_stride = kDirect ? p.grad_x_row_stride : p.width;
+  PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0, p.width * sizeof(acc_t),
+                                     p.a.num_cols, stream));
+  const int64_t elements = p.a.num_rows * (p.width / Traits::kVec);
+  if (elements > 0 && p.a.nnz > 0) {
+    PYGIO_TRY(resident_grid(elements, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
+                            p.device, &grid));
+    minmax_scatter_grad_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
+        p, acc, acc_stride);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  if constexpr (!kDirect) {
+    PYGIO_TRY(resident_grid(p.a.num_cols * p.width, Traits::kThreadsPerBlock,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    minmax_cast_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, acc);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  return PYGIO_OK;
+}
+
+// Binds the index type, the reduce and the vector width, then calls
+// launch(Traits) for a params struct P.
+template <typename scalar_t, typename P, typename Launch>
+int dispatch(const P& p, int vec, Launch launch) {
+  return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
+    return with_reduce(p.reduce, [&](auto is_max) {
+      return with_vector<scalar_t>(vec, [&](auto vec_constant) {
+        return launch(MinMaxTraits<scalar_t, index_t, decltype(vec_constant)::value,
+                                   decltype(is_max)::value>{});
+      });
+    });
+  });
+}
+
+int check_common(int32_t dtype, int32_t reduce, const pygio_csr& a, int64_t width,
+                 const char* entry) {
+  PYGIO_TRY(check_csr(a, entry));
+  PYGIO_TRY(check_dtype(dtype, entry));
+  PYGIO_CHECK_ARG(reduce == 0 || reduce == 1, entry_message(entry, "reduce must be 0 or 1"));
+  PYGIO_CHECK_ARG(width >= 0, entry_message(entry, "width must be non-negative"));
+  PYGIO_CHECK_ARG(a.num_cols <= INT32_MAX,
+                  entry_message(entry, "sources are int32: num_cols must be below 2^31"));
+  return PYGIO_OK;
+}
+
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+int check_forward(const pygio_minmax_params& p, const char* entry) {
+  PYGIO_TRY(check_common(p.dtype, p.reduce, p.a, p.width, entry));
+  PYGIO_CHECK_ARG(p.max_hubs >= 0, entry_message(entry, "max_hubs must be non-negative"));
+  if (p.a.num_rows == 0 || p.width == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.a.rowptr != nullptr && p.out != nullptr,
+                  entry_message(entry, "rowptr and out must not be NULL"));
+  PYGIO_TRY(check_row_stride(p.out_row_stride, p.width, "out", entry));
+  PYGIO_CHECK_ARG(aligned(p.arg, kAlign), entry_message(entry, "arg must be 16-byte aligned"));
+  PYGIO_CHECK_ARG(forward_workspace_bytes(p) == 0 || p.workspace != nullptr,
+                  entry_message(entry, "this call needs a workspace"));
+  PYGIO_CHECK_ARG(aligned(p.workspace, kAlign),
+                  entry_message(entry, "workspace must be 16-byte aligned"));
+  if (p.a.nnz == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.x != nullptr, entry_message(entry, "x must not be NULL"));
+  PYGIO_TRY(check_row_stride(p.x_row_stride, p.width, "x", entry));
+  return PYGIO_OK;
+}
+
+int check_backward(const pygio_minmax_backward_params& p, const char* entry) {
+  PYGIO_TRY(check_common(p.dtype, p.reduce, p.a, p.width, entry));
+  PYGIO_CHECK_ARG(p.deterministic == 0 || p.deterministic == 1,
+                  entry_message(entry, "deterministic must be 0 or 1"));
+  if (p.deterministic) {
+    PYGIO_TRY(check_csr(p.a_t, entry));
+    PYGIO_CHECK_ARG(p.a_t.num_rows == p.a.num_cols && p.a_t.num_cols == p.a.num_rows &&
+                        p.a_t.nnz == p.a.nnz && p.a_t.index_bits == p.a.index_bits,
+                    entry_message(entry, "a_t must be the transpose of a"));
+  }
+  if (p.a.num_cols == 0 || p.width == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.grad_x != nullptr, entry_message(entry, "grad_x must not be NULL"));
+  PYGIO_TRY(check_row_stride(p.grad_x_row_stride, p.width, "grad_x", entry));
+  PYGIO_CHECK_ARG(backward_workspace_bytes(p) == 0 || p.workspace != nullptr,
+                  entry_message(entry, "this call needs a workspace"));
+  PYGIO_CHECK_ARG(aligned(p.workspace, kAlign),
+                  entry_message(entry, "workspace must be 16-byte aligned"));
+  if (p.a.num_rows == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.a.rowptr != nullptr && p.arg != nullptr && p.grad_out != nullptr &&
+                      p.out != nullptr && aligned(p.arg, kAlign),
+                  entry_message(entry, "rowptr, out, arg and grad_out must not be NULL, arg "
+                                       "16-byte aligned"));
+  PYGIO_TRY(check_row_stride(p.out_row_stride, p.width, "out", entry));
+  PYGIO_TRY(check_row_stride(p.grad_out_row_stride, p.width, "grad_out", entry));
+  PYGIO_CHECK_ARG(p.deterministic == 0 || p.a_t.rowptr != nullptr,
+                  entry_message(entry, "a_t.rowptr must not be NULL"));
+  if (p.a.nnz == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.x != nullptr, entry_message(entry, "x must not be NULL"));
+  PYGIO_TRY(check_row_stride(p.x_row_stride, p.width, "x", entry));
+  return PYGIO_OK;
+}
+
+}  // namespace
+}  // namespace pygio
+
+extern "C" int pygio_minmax_workspace_size(const pygio_minmax_params* params, size_t* bytes) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
+  PYGIO_TRY(check_common(params->dtype, params->reduce, params->a, params->width, __func__));
+  PYGIO_CHECK_ARG(params->max_hubs >= 0,
+                  entry_message(__func__, "max_hubs must be non-negative"));
+  *bytes = forward_workspace_bytes(*params);
+  return ok();
+}
+
+extern "C" int pygio_minmax(const pygio_minmax_params* params) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_forward(*params, __func__));
+  const pygio_minmax_params& p = *params;
+  if (p.a.num_rows == 0 || p.width == 0) return ok();
+  DeviceGuard guard;
+  PYGIO_TRY(guard.set(p.device));
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  PYGIO_TRY(PYGIO_DISPATCH_DTYPE(p.dtype, [&] {
+    const int vec = widest_vector(sizeof(scalar_t), p.width, {p.x_row_stride, p.out_row_stride},
+                                  {p.x, p.out});
+    return dispatch<scalar_t>(p, vec, [&](auto traits) {
+      return launch_forward<decltype(traits)>(p, stream);
+    });
+  }));
+  return ok();
+}
+
+extern "C" int pygio_minmax_backward_workspace_size(const pygio_minmax_backward_params* params,
+                                                    size_t* bytes) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
+  PYGIO_TRY(check_common(params->dtype, params->reduce, params->a, params->width, __func__));
+  *bytes = backward_workspace_bytes(*params);
+  return ok();
+}
+
+extern "C" int pygio_minmax_backward(const pygio_minmax_backward_params* params) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_backward(*params, __func__));
+  const pygio_minmax_backward_params& p = *params;
+  if (p.a.num_cols == 0 || p.width == 0) return ok();
+  DeviceGuard guard;
+  PYGIO_TRY(guard.set(p.device));
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  PYGIO_TRY(PYGIO_DISPATCH_DTYPE(p.dtype, [&] {
+    const int vec = widest_vector(sizeof(scalar_t), p.width, {p.grad_out_row_stride},
+                                  {p.grad_out});
+    return dispatch<scalar_t>(p, vec, [&](auto traits) {
+      return launch_backward<decltype(traits)>(p, stream);
+    });
+  }));
+  return ok();
+}

@@ -1,0 +1,266 @@
+"""The reduction family's ops: neighbour min and max, and their autograd.
+
+``pyg_ioaware::neighbor_minmax(rowptr, col, x, reduce, hub_quantile, with_arg) -> (out, arg)``
+
+    out[r, f] = min / max over the entries e of row r of x[col[e], f]   (0 for a row with no entry)
+
+for the CSR structure (rowptr, col) (rows = destinations, col = sources, x
+[num_src, C], any floating dtype; out in x's dtype). Values compare as
+torch.amin / amax do: NaN propagates, -0.0 equals +0.0; ties go to the
+smaller source index. ``arg`` (int32 [num_rows, C], or an empty tensor
+without ``with_arg``) tells the backward where each element's gradient
+goes (:data:`ARG_EMPTY`, a source, or ~source for a tie, zero or NaN
+result resolved by walking the row).
+
+``pyg_ioaware::neighbor_minmax_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce) -> grad_x``
+
+    PyG's gradient (torch.scatter_reduce amin / amax, include_self=False on
+    a zero-filled output): grad_out[r, f] split evenly among the entries of
+    row r equal to out[r, f], the zero fill counted once more where out[r,
+    f] is 0; NaN to every entry of a NaN result. With the CSR^T (rowptr_t,
+    col_t) it sums in a fixed order without atomics (deterministic).
+
+On CUDA the kernels of cuda/minmax run: light rows a warp each with 16-byte
+loads, rows above the ``hub_quantile`` degree quantile (0.99 by default,
+cached beside the structure) split into 256-entry chunks over all SMs and
+merged with 64-bit atomicMax. fp64 rows are never split. Elsewhere the
+plain-torch reference runs, which gives the same numbers (it materializes
+the [E, C] messages, as PyG does). Both ops check every input first
+(ops.checks), so no input makes a kernel read out of bounds; an ``arg``
+that is not the forward's gives a wrong gradient, never an out-of-bounds
+access.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .. import _native
+from ..graph import INT32_LIMIT, structure_state
+from . import checks
+from .dispatch import accumulator_dtype, eager_or_op, native_ready
+
+REDUCES = ("min", "max")
+DEFAULT_HUB_QUANTILE = 0.99
+#: arg of a row with no entry (PYGIO_ARG_EMPTY).
+ARG_EMPTY = -2**31
+#: Rows of at most this many entries are never split (PYGIO_MINMAX_MIN_HUB_DEGREE).
+MIN_HUB_DEGREE = 256
+
+
+# ------------------------------------------------------------- reference
+def _rows_of_entries(rowptr: Tensor, nnz: int) -> Tensor:
+    rows = torch.arange(rowptr.numel() - 1, device=rowptr.device)
+    return torch.repeat_interleave(rows, rowptr.diff(), output_size=nnz)
+
+
+def minmax_reference(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
+                     with_arg: bool = True) -> Tuple[Tensor, Tensor]:
+    """Plain-torch (out, arg) of neighbor_minmax (oracle and CPU path)."""
+    num_rows, width = rowptr.numel() - 1, x.size(1)
+    row = _rows_of_entries(rowptr, col.numel())
+    messages = x.index_select(0, col.long())
+    index = row.unsqueeze(1).expand_as(messages)
+    out = x.new_zeros(num_rows, width).scatter_reduce_(0, index, messages, "a" + reduce,
+                                                       include_self=False)
+    if not with_arg:
+        return out, x.new_empty(0, dtype=torch.int32)
+    result = out.index_select(0, row)
+    equal = (messages == result) | (messages.isnan() & result.isnan())
+    count = torch.zeros(num_rows, width, dtype=torch.long, device=x.device)
+    count.scatter_add_(0, index, equal.long())
+    sources = col.long().unsqueeze(1).expand_as(messages)
+    beyond = x.size(0)
+    winner = torch.full((num_rows, width), beyond, dtype=torch.long, device=x.device)
+    winner.scatter_reduce_(0, index, torch.where(equal, sources, beyond), "amin")
+    walk = (count > 1) | (out == 0) | out.isnan()
+    arg = torch.where(walk, ~winner, winner).masked_fill_(count == 0, ARG_EMPTY)
+    return out, arg.to(torch.int32)
+
+
+def minmax_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, out: Tensor, arg: Tensor,
+                              grad_out: Tensor) -> Tensor:
+    """Plain-torch neighbor_minmax_backward (oracle and CPU path)."""
+    acc = accumulator_dtype(x.dtype)
+    row = _rows_of_entries(rowptr, col.numel())
+    sources = col.long().unsqueeze(1)
+    messages = x.index_select(0, col.long())
+    result = out.index_select(0, row)
+    code = arg.index_select(0, row).long()
+    g = grad_out.index_select(0, row).to(acc)
+    walk = (code < 0) & (code != ARG_EMPTY)
+    nan = result.isnan()
+    takes = walk & ((messages == result) | nan)
+    count = torch.zeros(out.shape, dtype=acc, device=x.device)
+    count.index_add_(0, row, takes.to(acc))
+    count += (out == 0).to(acc)
+    share = torch.where(nan, float("nan"), g / count.index_select(0, row))
+    contribution = torch.where(code == sources, g, torch.where(takes, share, 0.0))
+    grad_x = torch.zeros(x.shape, dtype=acc, device=x.device)
+    return grad_x.index_add_(0, col.long(), contribution).to(x.dtype)
+
+
+# ---------------------------------------------------------- hub threshold
+def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tensor], int]:
+    """(the ``quantile`` quantile of the row degrees of a structure with
+    ``nnz`` entries, as an int64 device scalar; the most rows that can lie
+    above it and above MIN_HUB_DEGREE), or (None, 0) where no row can be a
+    hub. The quantile is computed once per structure and quantile, without
+    a host synchronisation, and kept beside the structure (StructureState);
+    the bound needs no device read: at most num_rows - k rows exceed the
+    k-th smallest degree."""
+    num_rows = rowptr.numel() - 1
+    k = min(max(math.ceil(quantile * num_rows), 1), num_rows) if num_rows > 0 else 0
+    max_hubs = min(num_rows - k, nnz // (MIN_HUB_DEGREE + 1))
+    if max_hubs <= 0:
+        return None, 0
+    state = structure_state(rowptr)
+    degree = state.hub_degrees.get(quantile)
+    if degree is None:
+        degree = rowptr.diff().long().kthvalue(k).values
+        state.hub_degrees[quantile] = degree
+    return degree, max_hubs
+
+
+# ------------------------------------------------------------------ checks
+def _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg) -> None:
+    who = "pyg_ioaware::neighbor_minmax"
+    checks.csr_structure(rowptr, col, who)
+    if reduce not in REDUCES:
+        raise ValueError(f"{who}: reduce must be one of {REDUCES}, got {reduce!r}")
+    if not 0.0 <= hub_quantile <= 1.0:
+        raise ValueError(f"{who}: hub_quantile must lie in [0, 1], got {hub_quantile}")
+    if not isinstance(x, Tensor) or x.dtype not in checks.FEATURE_DTYPES:
+        raise TypeError(f"{who}: x must be a tensor of one of {checks.FEATURE_DTYPES}")
+    checks.dense(x, "x", None, x.dtype, rowptr.device, who)
+    if x.size(0) > INT32_LIMIT:
+        raise ValueError(f"{who}: at most {INT32_LIMIT} source nodes (sources are int32), "
+                         f"got {x.size(0)}")
+
+
+def _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce) -> None:
+    who = "pyg_ioaware::neighbor_minmax_backward"
+    _check_forward(rowptr, col, x, reduce, DEFAULT_HUB_QUANTILE, True)
+    rows, width, device = rowptr.size(0) - 1, x.size(1), rowptr.device
+    checks.dense(out, "out", rows, x.dtype, device, who, width=width)
+    checks.dense(grad_out, "grad_out", rows, x.dtype, device, who, width=width)
+    checks.dense(arg, "arg", rows, torch.int32, device, who, width=width)
+    if (rowptr_t is None) != (col_t is None):
+        raise ValueError(f"{who}: give both rowptr_t and col_t (the CSR^T), or neither")
+    if rowptr_t is not None:
+        checks.csr_structure(rowptr_t, col_t, who)
+        if rowptr_t.dtype != rowptr.dtype or rowptr_t.size(0) != x.size(0) + 1 \
+                or col_t.size(0) != col.size(0):
+            raise ValueError(f"{who}: rowptr_t / col_t must be the CSR^T of rowptr / col "
+                             f"({x.size(0) + 1} and {col.size(0)} entries of {rowptr.dtype})")
+
+
+# -------------------------------------------------------------- kernels
+def _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg) -> Tuple[Tensor, Tensor]:
+    if not native_ready(x.device):
+        return minmax_reference(rowptr, col, x, reduce, with_arg)
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    num_rows = rowptr.numel() - 1
+    out = torch.empty(num_rows, x.size(1), dtype=x.dtype, device=x.device)
+    arg = (torch.empty(num_rows, x.size(1), dtype=torch.int32, device=x.device) if with_arg
+           else x.new_empty(0, dtype=torch.int32))
+    if num_rows == 0 or x.size(1) == 0:
+        return out, arg
+    degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
+    _native.minmax(rowptr, col, x, reduce, degree, max_hubs, out, arg if with_arg else None)
+    return out, arg
+
+
+def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
+                            reduce) -> Tensor:
+    if not native_ready(x.device):
+        return minmax_backward_reference(rowptr, col, x, out, arg, grad_out)
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    grad_out = grad_out.contiguous()
+    grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    transpose = None if rowptr_t is None else (rowptr_t, col_t)
+    _native.minmax_backward(rowptr, col, transpose, x, out, arg.contiguous(), grad_out, reduce,
+                            grad_x)
+    return grad_x
+
+
+# ------------------------------------------------------------ custom ops
+@torch.library.custom_op("pyg_ioaware::neighbor_minmax", mutates_args=())
+def neighbor_minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
+                    hub_quantile: float = DEFAULT_HUB_QUANTILE,
+                    with_arg: bool = True) -> Tuple[Tensor, Tensor]:
+    _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg)
+    checks.csr_structure_contents(rowptr, col, x.size(0), "pyg_ioaware::neighbor_minmax")
+    return _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg)
+
+
+@neighbor_minmax.register_fake
+def _neighbor_minmax_fake(rowptr, col, x, reduce, hub_quantile=DEFAULT_HUB_QUANTILE,
+                          with_arg=True):
+    _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg)
+    rows = rowptr.size(0) - 1
+    arg_shape = (rows, x.size(1)) if with_arg else (0,)
+    return x.new_empty(rows, x.size(1)), x.new_empty(arg_shape, dtype=torch.int32)
+
+
+@torch.library.custom_op("pyg_ioaware::neighbor_minmax_backward", mutates_args=())
+def neighbor_minmax_backward(rowptr: Tensor, col: Tensor, rowptr_t: Optional[Tensor],
+                             col_t: Optional[Tensor], x: Tensor, out: Tensor, arg: Tensor,
+                             grad_out: Tensor, reduce: str) -> Tensor:
+    _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce)
+    who = "pyg_ioaware::neighbor_minmax_backward"
+    checks.csr_structure_contents(rowptr, col, x.size(0), who)
+    if rowptr_t is not None:
+        checks.csr_structure_contents(rowptr_t, col_t, rowptr.size(0) - 1, who)
+    return _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce)
+
+
+@neighbor_minmax_backward.register_fake
+def _neighbor_minmax_backward_fake(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce):
+    _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce)
+    return torch.empty_like(x)
+
+
+# Eager calls on structures known valid (a Graph's) go straight to the kernels.
+minmax_trusted = eager_or_op(_minmax_kernel, neighbor_minmax)
+minmax_backward_trusted = eager_or_op(_minmax_backward_kernel, neighbor_minmax_backward)
+
+
+class MinMaxFunction(torch.autograd.Function):
+    """Differentiable out = neighbor_minmax(graph, x): forward saves x, out
+    and arg (O(N x C), no edge tensor); backward scatters through arg, or,
+    where torch.are_deterministic_algorithms_enabled(), sums over the
+    graph's CSR^T in a fixed order. Not twice differentiable."""
+
+    @staticmethod
+    def forward(ctx, graph, x, reduce, hub_quantile):
+        out, arg = minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, True)
+        ctx.graph, ctx.reduce = graph, reduce
+        ctx.save_for_backward(x, out, arg)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        x, out, arg = ctx.saved_tensors
+        graph = ctx.graph
+        rowptr_t = col_t = None
+        if torch.are_deterministic_algorithms_enabled() and x.is_cuda:
+            rowptr_t, col_t = graph.transpose.rowptr, graph.transpose.col
+        grad_x = minmax_backward_trusted(graph.rowptr, graph.col, rowptr_t, col_t, x, out, arg,
+                                         grad_out, ctx.reduce)
+        return None, grad_x, None, None
+
+
+def graph_minmax(graph, x: Tensor, reduce: str,
+                 hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tensor:
+    """out[d, f] = min / max over the edges (s -> d) of ``graph`` of x[s, f]
+    (0 where d has none), for 2-D x [graph.num_src, C] already checked;
+    differentiable in x. Without a gradient to record no arg is kept."""
+    if torch.is_grad_enabled() and x.requires_grad:
+        return MinMaxFunction.apply(graph, x, reduce, hub_quantile)
+    return minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, False)[0]
