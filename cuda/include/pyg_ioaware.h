@@ -282,9 +282,11 @@ PYGIO_API int pygio_minmax(const pygio_minmax_params* params);
 
 /*
  * grad_x = d out / d x applied to grad_out for the forward above (its out
- * and arg), by arg's rule. deterministic = 0: grad_out scattered through
- * arg with atomics; deterministic = 1: every grad_x row summed in one
- * thread per element in CSR^T order (a_t: rows = sources, col =
+ * and arg), by arg's rule. deterministic = 0: a warp per row scatters
+ * grad_out through arg with atomics and walks the row for the elements arg
+ * marks; rows above the hub degree (hub_degree, max_hubs as in the
+ * forward) walk in chunks over all SMs. deterministic = 1: every grad_x
+ * element summed in one thread in CSR^T order (a_t: rows = sources, col =
  * destinations, the transpose of a), no atomics. grad_x (num_cols rows) is
  * fully overwritten. arg entries that name no source of the graph are
  * ignored (arg must be the forward's).
@@ -298,6 +300,8 @@ typedef struct {
   pygio_csr a;
   pygio_csr a_t;           /* deterministic only (else ignored) */
   int64_t width;
+  const int64_t* hub_degree;  /* as in pygio_minmax_params (ignored when deterministic) */
+  int64_t max_hubs;
   const void* x;
   int64_t x_row_stride;
   const void* out;

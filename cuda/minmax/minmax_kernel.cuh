@@ -11,8 +11,13 @@
 //    atomicMax each (plus a CAS that marks a tie between chunks);
 //  - minmax_hub_finish_kernel: hub words -> out and arg.
 // Backward, grad_x = the gradient of out through arg's rule:
-//  - minmax_scatter_grad_kernel: an element per thread, plain winners get
-//    their gradient with one atomicAdd; ties, zeros and NaN walk the row;
+//  - minmax_grad_rows_kernel: a warp per row, laid out as the forward;
+//    plain winners get their gradient with one atomicAdd; the elements arg
+//    marks (ties, zeros, NaN) count the row's matches with vector loads,
+//    then add each its share; a hub row with such elements is registered;
+//  - minmax_grad_hub_count_kernel / minmax_grad_hub_share_kernel: the same
+//    two walks over hub chunks spread over all SMs, matches merged with
+//    atomicAdd in between;
 //  - deterministic: minmax_share_kernel (each element's share of its
 //    gradient) then minmax_gather_grad_kernel (a warp per source row of
 //    CSR^T, every element summed in one lane in CSR^T order).
@@ -23,49 +28,23 @@
 
 namespace pygio {
 
-// A lane's running winners for its kVec features: value, source (-1:
-// none yet) and whether another entry tied with it.
-template <typename Traits>
-struct Winners {
-  typename Traits::acc_t value[Traits::kVec];
-  int32_t source[Traits::kVec];
-  bool tied[Traits::kVec];
-
-  __device__ __forceinline__ void clear() {
-#pragma unroll
-    for (int i = 0; i < Traits::kVec; ++i) source[i] = -1, tied[i] = false;
-  }
-
-  // Offers (v, s, t) for feature i: a better value replaces the winner, an
-  // equal one marks a tie and keeps the smaller source.
-  __device__ __forceinline__ void offer(int i, typename Traits::acc_t v, int32_t s, bool t) {
-    if (s < 0) return;
-    if (source[i] < 0) {
-      value[i] = v, source[i] = s, tied[i] = t;
-    } else if (same_value(v, value[i])) {
-      tied[i] = true;
-      if (s < source[i]) value[i] = v, source[i] = s;
-    } else if (better_value<Traits::kMax>(v, value[i])) {
-      value[i] = v, source[i] = s, tied[i] = t;
-    }
-  }
-};
-
-// The winners of entries [begin, end) for the piece `piece` of this lane,
-// merged over the warp's sub-groups (valid in sub-group 0). Every lane of
-// the warp calls it with the same arguments but `lane` and `piece`.
+// The winner words of entries [begin, end) for the piece `piece` of this
+// lane, merged over the warp's sub-groups (valid in sub-group 0). Every
+// lane of the warp calls it with the same arguments but `lane` and `piece`.
 template <typename Traits>
 __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpLayout layout,
                                              int lane, int64_t piece, int64_t begin, int64_t end,
-                                             Winners<Traits>& best) {
+                                             typename Traits::Word::type (&best)[Traits::kVec]) {
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
+  using Word = typename Traits::Word;
   constexpr int V = Traits::kVec, U = Traits::kUnroll;
   const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const bool active = piece < p.width / V;
   const int sub = layout.sub_group(lane), subs = layout.sub_groups();
-  best.clear();
+#pragma unroll
+  for (int i = 0; i < V; ++i) best[i] = Word::none();
   for (int64_t e0 = begin + sub; e0 < end; e0 += static_cast<int64_t>(subs) * U) {
     int64_t src[U];
     Pack<scalar_t, V> packs[U];
@@ -81,18 +60,28 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
     for (int u = 0; u < U; ++u)
       if (src[u] >= 0 && active)
 #pragma unroll
-        for (int i = 0; i < V; ++i)
-          best.offer(i, DTypeTraits<scalar_t>::load(packs[u].v[i]), static_cast<int32_t>(src[u]),
-                     false);
+        for (int i = 0; i < V; ++i) {
+          const auto v = DTypeTraits<scalar_t>::load(packs[u].v[i]);
+          best[i] = Word::merge(best[i], Word::make(rank_of<Traits::kMax>(v),
+                                                    static_cast<int32_t>(src[u])));
+        }
   }
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const auto v = __shfl_xor_sync(0xffffffffu, best.value[i], offset);
-      const int32_t s = __shfl_xor_sync(0xffffffffu, best.source[i], offset);
-      const bool t = __shfl_xor_sync(0xffffffffu, static_cast<int>(best.tied[i]), offset) != 0;
-      best.offer(i, v, s, t);
-    }
+    for (int i = 0; i < V; ++i) best[i] = Word::merge(best[i], Word::shfl_xor(best[i], offset));
+}
+
+// The output value and arg code of a winner word (0 and ARG_EMPTY for none).
+template <typename Traits>
+__device__ __forceinline__ void winner_result(typename Traits::Word::type w,
+                                              typename Traits::acc_t* value, int32_t* code) {
+  using Word = typename Traits::Word;
+  if (Word::rank(w) == 0) {
+    *value = 0, *code = PYGIO_ARG_EMPTY;
+    return;
+  }
+  *value = value_of_rank<Traits::kMax>(Word::rank(w));
+  *code = arg_code(Word::source(w), Word::tied(w), *value);
 }
 
 // V arg codes at p, moved in loads / stores of up to 16 bytes (p aligned
@@ -120,7 +109,7 @@ __device__ __forceinline__ void load_codes(const int32_t* __restrict__ p, int32_
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     minmax_rows_kernel(const __grid_constant__ pygio_minmax_params p, WarpLayout layout,
                        const MinMaxHubs hubs) {
   using scalar_t = typename Traits::scalar_t;
@@ -146,17 +135,13 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       continue;
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
-      Winners<Traits> best;
+      typename Traits::Word::type best[V];
       warp_winners<Traits>(p, layout, lane, piece, begin, end, best);
       if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
       acc_t values[V];
       int32_t codes[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const bool found = best.source[i] >= 0;
-        values[i] = found ? best.value[i] : acc_t(0);
-        codes[i] = found ? arg_code(best.source[i], best.tied[i], best.value[i]) : PYGIO_ARG_EMPTY;
-      }
+      for (int i = 0; i < V; ++i) winner_result<Traits>(best[i], &values[i], &codes[i]);
       store_pack<V>(out + row * p.out_row_stride + piece * V, values);
       if (p.arg != nullptr) store_codes<V>(p.arg + row * p.width + piece * V, codes);
     }
@@ -165,8 +150,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 
 // Sets the tie bit of *word while its rank is `rank`.
 __device__ __forceinline__ void mark_tie(unsigned long long* word, uint32_t rank) {
+  using Word = WinnerWord<uint32_t>;
   unsigned long long seen = *word;
-  while (word_rank(seen) == rank && !word_tied(seen)) {
+  while (Word::rank(seen) == rank && !Word::tied(seen)) {
     const unsigned long long old = atomicCAS(word, seen, seen | 1ull);
     if (old == seen) break;
     seen = old;
@@ -174,10 +160,11 @@ __device__ __forceinline__ void mark_tie(unsigned long long* word, uint32_t rank
 }
 
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     minmax_hub_chunks_kernel(const __grid_constant__ pygio_minmax_params p, WarpLayout layout,
                              const MinMaxHubs hubs) {
   using index_t = typename Traits::index_t;
+  using Word = WinnerWord<uint32_t>;
   constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int64_t num_hubs = hub_count(hubs.list);
@@ -193,18 +180,17 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
                                          &begin, &end);
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
-      Winners<Traits> best;
+      unsigned long long best[V];
       warp_winners<Traits>(p, layout, lane, piece, begin, end, best);
       if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        if (best.source[i] < 0) continue;
-        const uint32_t rank = rank_of<Traits::kMax>(static_cast<float>(best.value[i]));
+        const uint32_t rank = Word::rank(best[i]);
+        if (rank == 0) continue;
         unsigned long long* word = hubs.words + slot * p.width + piece * V + i;
-        const unsigned long long old = atomicMax(word, merge_word(rank, best.source[i],
-                                                                  best.tied[i]));
+        const unsigned long long old = atomicMax(word, best[i]);
         // Another chunk reached this rank first: a tie, if the rank stays the best.
-        if (word_rank(old) == rank) mark_tie(word, rank);
+        if (Word::rank(old) == rank) mark_tie(word, rank);
       }
     }
   }
@@ -215,21 +201,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_hub_finish_kernel(const __grid_constant__ pygio_minmax_params p,
                              const MinMaxHubs hubs) {
   using scalar_t = typename Traits::scalar_t;
-  const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
+  using acc_t = typename Traits::acc_t;
   auto* __restrict__ out = static_cast<scalar_t*>(p.out);
   const int64_t total = hub_count(hubs.list) * p.width;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t slot = i / p.width, f = i - slot * p.width;
     const int64_t row = hubs.list.hubs[slot].row;
-    const unsigned long long word = hubs.words[i];
-    if (word == 0) continue;  // never for a registered hub: each of its chunks has entries
-    const int32_t source = word_source(word);
-    const scalar_t value = x[source * p.x_row_stride + f];
-    out[row * p.out_row_stride + f] = value;
-    if (p.arg != nullptr)
-      p.arg[row * p.width + f] = arg_code(source, word_tied(word),
-                                          DTypeTraits<scalar_t>::load(value));
+    acc_t value;
+    int32_t code;
+    winner_result<Traits>(hubs.words[i], &value, &code);
+    out[row * p.out_row_stride + f] = DTypeTraits<scalar_t>::store(value);
+    if (p.arg != nullptr) p.arg[row * p.width + f] = code;
   }
 }
 
@@ -265,36 +248,247 @@ __device__ __forceinline__ void walk_row(const pygio_minmax_backward_params& p, 
     if (equal(e)) visit(static_cast<int64_t>(col[e]), share);
 }
 
-// acc (row stride acc_stride, in the accumulator type, zeroed) += the
-// gradient of every output element.
+// Whether an arg code sends its element's gradient through a walk of the row.
+__device__ __forceinline__ bool walks(int32_t code) {
+  return code < 0 && code != PYGIO_ARG_EMPTY;
+}
+
+// One piece of a row for the backward: per feature the arg code, the
+// gradient, whether it walks, and (where any does) the forward's result.
+template <typename Traits>
+struct GradPiece {
+  int32_t code[Traits::kVec];
+  typename Traits::acc_t grad[Traits::kVec];
+  typename Traits::acc_t result[Traits::kVec];
+  bool walk[Traits::kVec];
+  bool any_walk;
+
+  __device__ __forceinline__ void load(const pygio_minmax_backward_params& p, int64_t row,
+                                       int64_t piece, bool active) {
+    using scalar_t = typename Traits::scalar_t;
+    constexpr int V = Traits::kVec;
+    any_walk = false;
+#pragma unroll
+    for (int i = 0; i < V; ++i) code[i] = PYGIO_ARG_EMPTY, walk[i] = false;
+    if (!active) return;
+    load_codes<V>(p.arg + row * p.width + piece * V, code);
+    const Pack<scalar_t, V> g = load_pack<V>(static_cast<const scalar_t*>(p.grad_out) +
+                                             row * p.grad_out_row_stride + piece * V);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      grad[i] = DTypeTraits<scalar_t>::load(g.v[i]);
+      walk[i] = walks(code[i]);
+      any_walk = any_walk || walk[i];
+    }
+    if (!any_walk) return;
+    const Pack<scalar_t, V> r = load_pack<V>(static_cast<const scalar_t*>(p.out) +
+                                             row * p.out_row_stride + piece * V);
+#pragma unroll
+    for (int i = 0; i < V; ++i) result[i] = DTypeTraits<scalar_t>::load(r.v[i]);
+  }
+
+  // The gradient every matching entry gets, given the matches counted.
+  __device__ __forceinline__ typename Traits::acc_t share(int i,
+                                                          typename Traits::acc_t matches) const {
+    using acc_t = typename Traits::acc_t;
+    if (result[i] != result[i]) return result[i];  // NaN to every entry
+    return grad[i] / (matches + (result[i] == acc_t(0) ? acc_t(1) : acc_t(0)));
+  }
+};
+
+// Calls visit(source, i) for every entry e in [begin, end) (interleaved
+// over the warp's sub-groups) and feature i of this lane's piece that
+// walks and whose x[col[e], f] takes a share: equal to the result, or any
+// value where the result is NaN. Every lane of the warp calls it alike.
+template <typename Traits, typename Visit>
+__device__ __forceinline__ void for_each_match(const pygio_minmax_backward_params& p,
+                                               WarpLayout layout, int lane, int64_t piece,
+                                               int64_t begin, int64_t end,
+                                               const GradPiece<Traits>& g, Visit visit) {
+  using scalar_t = typename Traits::scalar_t;
+  using index_t = typename Traits::index_t;
+  constexpr int V = Traits::kVec, U = Traits::kWalkUnroll;
+  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
+  const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
+  const int sub = layout.sub_group(lane), subs = layout.sub_groups();
+  for (int64_t e0 = begin + sub; e0 < end; e0 += static_cast<int64_t>(subs) * U) {
+    int64_t src[U];
+    Pack<scalar_t, V> packs[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t e = e0 + static_cast<int64_t>(subs) * u;
+      src[u] = e < end && g.any_walk ? static_cast<int64_t>(col[e]) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (src[u] >= 0) packs[u] = load_pack<V>(x + src[u] * p.x_row_stride + piece * V);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (src[u] >= 0)
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const auto v = DTypeTraits<scalar_t>::load(packs[u].v[i]);
+          if (g.walk[i] && (g.result[i] != g.result[i] || same_value(v, g.result[i])))
+            visit(src[u], i);
+        }
+  }
+}
+
+// Matches per walking feature of this lane's piece over [begin, end),
+// summed over the warp's sub-groups.
+template <typename Traits>
+__device__ __forceinline__ void count_matches(const pygio_minmax_backward_params& p,
+                                              WarpLayout layout, int lane, int64_t piece,
+                                              int64_t begin, int64_t end,
+                                              const GradPiece<Traits>& g,
+                                              typename Traits::acc_t (&matches)[Traits::kVec]) {
+  constexpr int V = Traits::kVec;
+#pragma unroll
+  for (int i = 0; i < V; ++i) matches[i] = 0;
+  for_each_match<Traits>(p, layout, lane, piece, begin, end, g,
+                         [&](int64_t, int i) { matches[i] += 1; });
+  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
+#pragma unroll
+    for (int i = 0; i < V; ++i) matches[i] += __shfl_xor_sync(0xffffffffu, matches[i], offset);
+}
+
+// The backward's hub workspace: the hub list (rows above the hub degree
+// with an element that walks) and the matches counted per hub element.
+template <typename acc_t>
+struct GradHubs {
+  HubList list;
+  acc_t* matches;  // [list.capacity, width], zeroed
+};
+
+// acc (row stride acc_stride, zeroed) += the gradient of every output
+// element: a warp per row; plain elements with one atomicAdd each, the
+// elements that walk by counting the row's matches, then adding each its
+// share. Hub rows with walking elements are registered for the chunk
+// kernels instead of walked here.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    minmax_scatter_grad_kernel(const __grid_constant__ pygio_minmax_backward_params p,
-                               typename Traits::acc_t* __restrict__ acc, int64_t acc_stride) {
-  using scalar_t = typename Traits::scalar_t;
+    minmax_grad_rows_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                            WarpLayout layout, const GradHubs<typename Traits::acc_t> hubs,
+                            typename Traits::acc_t* __restrict__ acc, int64_t acc_stride) {
+  using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
-  const auto* __restrict__ grad_out = static_cast<const scalar_t*>(p.grad_out);
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t pieces = p.width / V;
-  const int64_t total = p.a.num_rows * pieces;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / pieces, f0 = (i - r * pieces) * V;
-    int32_t codes[V];
-    load_codes<V>(p.arg + r * p.width + f0, codes);
-    const Pack<scalar_t, V> grads = load_pack<V>(grad_out + r * p.grad_out_row_stride + f0);
+  int64_t hub_degree = -1;
+  if (hubs.list.hubs != nullptr) {
+    hub_degree = *p.hub_degree;
+    if (hub_degree < kMinMaxHubChunk) hub_degree = kMinMaxHubChunk;
+  }
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                     threadIdx.x / kWarpSize;
+       row < p.a.num_rows; row += warps) {
+    const int64_t begin = rowptr[row], end = rowptr[row + 1];
+    bool hub = false;
+    if (hub_degree >= 0 && end - begin > hub_degree) {
+      bool any = false;
+      for (int64_t f = lane; f < p.width; f += kWarpSize) any = any || walks(p.arg[row * p.width + f]);
+      hub = __any_sync(0xffffffffu, any) &&
+            register_hub(hubs.list, row, end - begin, kMinMaxHubChunk, lane);
+    }
+    for (int64_t base = 0; base < pieces; base += layout.lanes()) {
+      const int64_t piece = layout.piece(lane, base, 0);
+      const bool active = piece < pieces;
+      GradPiece<Traits> g;
+      g.load(p, row, piece, active);
+      if (layout.sub_group(lane) == 0 && active) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const int32_t code = codes[k];
-      const acc_t g = DTypeTraits<scalar_t>::load(grads.v[k]);
-      const int64_t f = f0 + k;
-      if (code >= 0) {
-        if (code < p.a.num_cols) atomicAdd(acc + code * acc_stride + f, g);
-      } else if (code != PYGIO_ARG_EMPTY) {
-        walk_row<Traits>(p, r, f, g, [&](int64_t source, acc_t share) {
-          atomicAdd(acc + source * acc_stride + f, share);
-        });
+        for (int i = 0; i < V; ++i)
+          if (g.code[i] >= 0 && g.code[i] < p.a.num_cols)
+            atomicAdd(acc + g.code[i] * acc_stride + piece * V + i, g.grad[i]);
       }
+      if (hub || !__any_sync(0xffffffffu, g.any_walk)) continue;
+      acc_t matches[V];
+      count_matches<Traits>(p, layout, lane, piece, begin, end, g, matches);
+      acc_t shares[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) shares[i] = g.share(i, matches[i]);
+      for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
+        atomicAdd(acc + source * acc_stride + piece * V + i, shares[i]);
+      });
+    }
+  }
+}
+
+// hubs.matches[slot, f] += the matches of walking hub elements in each chunk.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    minmax_grad_hub_count_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                                 WarpLayout layout, const GradHubs<typename Traits::acc_t> hubs) {
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec;
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(hubs.list) : 0;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  const int64_t pieces = p.width / V;
+  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                       threadIdx.x / kWarpSize;
+       chunk < num_chunks; chunk += warps) {
+    int64_t begin = 0, end = 0;
+    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kMinMaxHubChunk,
+                                         &begin, &end);
+    const int64_t row = hubs.list.hubs[slot].row;
+    for (int64_t base = 0; base < pieces; base += layout.lanes()) {
+      const int64_t piece = layout.piece(lane, base, 0);
+      GradPiece<Traits> g;
+      g.load(p, row, piece, piece < pieces);
+      if (!__any_sync(0xffffffffu, g.any_walk)) continue;
+      acc_t matches[V];
+      count_matches<Traits>(p, layout, lane, piece, begin, end, g, matches);
+      if (layout.sub_group(lane) != 0) continue;
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (g.walk[i] && matches[i] != acc_t(0))
+          atomicAdd(hubs.matches + slot * p.width + piece * V + i, matches[i]);
+    }
+  }
+}
+
+// acc += each chunk's shares of its hub's walking elements.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    minmax_grad_hub_share_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                                 WarpLayout layout, const GradHubs<typename Traits::acc_t> hubs,
+                                 typename Traits::acc_t* __restrict__ acc, int64_t acc_stride) {
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec;
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(hubs.list) : 0;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  const int64_t pieces = p.width / V;
+  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                       threadIdx.x / kWarpSize;
+       chunk < num_chunks; chunk += warps) {
+    int64_t begin = 0, end = 0;
+    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kMinMaxHubChunk,
+                                         &begin, &end);
+    const int64_t row = hubs.list.hubs[slot].row;
+    for (int64_t base = 0; base < pieces; base += layout.lanes()) {
+      const int64_t piece = layout.piece(lane, base, 0);
+      const bool active = piece < pieces;
+      GradPiece<Traits> g;
+      g.load(p, row, piece, active);
+      if (!__any_sync(0xffffffffu, g.any_walk)) continue;
+      acc_t shares[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        shares[i] = g.walk[i] ? g.share(i, hubs.matches[slot * p.width + piece * V + i]) : acc_t(0);
+      for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
+        atomicAdd(acc + source * acc_stride + piece * V + i, shares[i]);
+      });
     }
   }
 }

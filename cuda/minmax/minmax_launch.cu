@@ -1,5 +1,6 @@
 // Entry points of the neighbour min / max kernels: checks, workspace
 // layout, vector width and lane layout, dtype / index / reduce dispatch.
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -43,12 +44,30 @@ size_t forward_workspace_bytes(const pygio_minmax_params& p) {
   return slots == 0 ? 0 : forward_zeroed_bytes(p) + round_up(slots * sizeof(HubEntry));
 }
 
-// 16-bit grad_x accumulates in fp32; the deterministic path keeps every
-// element's share.
-size_t backward_workspace_bytes(const pygio_minmax_backward_params& p) {
+// Hub slots of a backward (as its forward's, fp64 included: the
+// backward's hub words are match counts).
+int64_t backward_hub_slots(const pygio_minmax_backward_params& p) {
+  if (p.deterministic || p.hub_degree == nullptr || p.width == 0) return 0;
+  const int64_t bound = p.a.nnz / (PYGIO_MINMAX_MIN_HUB_DEGREE + 1);
+  const int64_t slots = p.max_hubs < bound ? p.max_hubs : bound;
+  return slots < p.a.num_rows ? slots : p.a.num_rows;
+}
+
+// Layout: the fp32 accumulator of 16-bit grad_x (or, deterministic, every
+// element's share), then counter, hub matches (zeroed by one memset), hub list.
+size_t backward_accumulator_bytes(const pygio_minmax_backward_params& p) {
   const size_t acc = accumulator_size(p.dtype);
   if (p.deterministic) return round_up(p.a.num_rows * p.width * acc);
   return element_size(p.dtype) == 2 ? round_up(p.a.num_cols * p.width * acc) : 0;
+}
+size_t backward_zeroed_bytes(const pygio_minmax_backward_params& p) {
+  return kAlign + round_up(backward_hub_slots(p) * p.width * accumulator_size(p.dtype));
+}
+size_t backward_workspace_bytes(const pygio_minmax_backward_params& p) {
+  const int64_t slots = backward_hub_slots(p);
+  const size_t hubs =
+      slots == 0 ? 0 : backward_zeroed_bytes(p) + round_up(slots * sizeof(HubEntry));
+  return backward_accumulator_bytes(p) + hubs;
 }
 
 // Lanes spanning a row of `pieces` vectors: enough for them, at most a warp.
@@ -129,13 +148,32 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
   const int64_t acc_stride = kDirect ? p.grad_x_row_stride : p.width;
   PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0, p.width * sizeof(acc_t),
                                      p.a.num_cols, stream));
-  const int64_t elements = p.a.num_rows * (p.width / Traits::kVec);
-  if (elements > 0 && p.a.nnz > 0) {
-    PYGIO_TRY(resident_grid(elements, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
+  GradHubs<acc_t> hubs{HubList{nullptr, nullptr, 0}, nullptr};
+  const int64_t slots = backward_hub_slots(p);
+  if (slots > 0) {
+    auto* base = static_cast<char*>(p.workspace) + backward_accumulator_bytes(p);
+    hubs.list = HubList{reinterpret_cast<unsigned long long*>(base),
+                        reinterpret_cast<HubEntry*>(base + backward_zeroed_bytes(p)), slots};
+    hubs.matches = reinterpret_cast<acc_t*>(base + kAlign);
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, backward_zeroed_bytes(p), stream));
+  }
+  if (p.a.num_rows > 0 && p.a.nnz > 0) {
+    const WarpLayout layout = warp_layout(p.width / Traits::kVec);
+    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
                             p.device, &grid));
-    minmax_scatter_grad_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
-        p, acc, acc_stride);
+    minmax_grad_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
+        p, layout, hubs, acc, acc_stride);
     PYGIO_CHECK_CUDA(cudaGetLastError());
+    if (slots > 0) {
+      PYGIO_TRY(resident_grid(p.a.nnz / kMinMaxHubChunk + slots, Traits::kWarpsPerBlock,
+                              Traits::kThreadsPerBlock, p.device, &grid));
+      minmax_grad_hub_count_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
+          p, layout, hubs);
+      PYGIO_CHECK_CUDA(cudaGetLastError());
+      minmax_grad_hub_share_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
+          p, layout, hubs, acc, acc_stride);
+      PYGIO_CHECK_CUDA(cudaGetLastError());
+    }
   }
   if constexpr (!kDirect) {
     PYGIO_TRY(resident_grid(p.a.num_cols * p.width, Traits::kThreadsPerBlock,
@@ -276,8 +314,12 @@ extern "C" int pygio_minmax_backward(const pygio_minmax_backward_params* params)
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
   PYGIO_TRY(PYGIO_DISPATCH_DTYPE(p.dtype, [&] {
-    const int vec = widest_vector(sizeof(scalar_t), p.width, {p.grad_out_row_stride},
-                                  {p.grad_out});
+    // At most 4 features a lane: the walks keep code, gradient and result
+    // per feature, and 8 of each spilled (16-bit rows).
+    const int vec = std::min(4, widest_vector(sizeof(scalar_t), p.width,
+                                              {p.grad_out_row_stride, p.out_row_stride,
+                                               p.x_row_stride},
+                                              {p.grad_out, p.out, p.x}));
     return dispatch<scalar_t>(p, vec, [&](auto traits) {
       return launch_backward<decltype(traits)>(p, stream);
     });

@@ -1,6 +1,7 @@
 // Compile-time shape of the neighbour min / max kernels and the value
-// order they share: a 32-bit rank where larger wins, and the 64-bit word
-// hub chunks merge with atomicMax.
+// order they share: a rank where larger wins, and the winner word (rank,
+// smaller source, tie bit) that rows merge in registers and hub chunks with
+// a 64-bit atomicMax.
 #pragma once
 
 #include <stdint.h>
@@ -12,31 +13,15 @@
 
 namespace pygio {
 
-template <typename scalar_t_, typename index_t_, int kVec_, bool kMax_>
-struct MinMaxTraits {
-  using scalar_t = scalar_t_;  // x and out
-  using index_t = index_t_;    // rowptr and col
-  using acc_t = typename DTypeTraits<scalar_t>::acc;  // values compared in float (double)
-
-  static constexpr bool kMax = kMax_;
-  static constexpr int kVec = kVec_;  // features per load (16 bytes where alignment allows)
-  static constexpr int kUnroll = 4;   // entries in flight per lane
-  static constexpr int kThreadsPerBlock = 256;
-  static constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
-  static_assert(sizeof(scalar_t) * kVec <= 16, "a lane loads at most 16 bytes at once");
-};
-
 // Hub rows are split into chunks of this many entries.
 constexpr int64_t kMinMaxHubChunk = 256;
 static_assert(kMinMaxHubChunk == PYGIO_MINMAX_MIN_HUB_DEGREE,
               "a hub spans at least one full chunk");
 
-// Rank of a value for the hub merge word: larger wins, for min and max
-// alike. The fp32 bits made order-preserving as unsigned, -0.0 folded onto
-// +0.0, every NaN above every number; min ranks by the complement. 16-bit
-// values rank by their exact fp32 widening. (fp64 rows are never split: a
-// double does not fit the word.) rank_of(a) > rank_of(b) exactly where
-// better_value(a, b), and equal exactly where same_value(a, b).
+// Rank of a value: larger wins, for min and max alike; never 0. The fp32
+// bits made order-preserving as unsigned, -0.0 folded onto +0.0, every NaN
+// above every number; min ranks by the complement. 16-bit values rank by
+// their exact fp32 widening.
 template <bool kMax>
 __device__ __forceinline__ uint32_t rank_of(float v) {
   if (v != v) return 0xffffffffu;
@@ -45,17 +30,112 @@ __device__ __forceinline__ uint32_t rank_of(float v) {
   return kMax ? key : ~key;
 }
 
-// Whether two values tie (equal, -0.0 equal to +0.0, NaN equal to NaN)
-// and whether a beats b (NaN beats every number, for min and max alike).
+// The same order for fp64, on 64 bits (fp64 rows are never split: the hub
+// merge word holds a 32-bit rank).
+template <bool kMax>
+__device__ __forceinline__ uint64_t rank_of(double v) {
+  if (v != v) return ~0ull;
+  const uint64_t bits = v == 0.0 ? 0ull : static_cast<uint64_t>(__double_as_longlong(v));
+  const uint64_t key = bits ^ ((bits >> 63) ? ~0ull : (1ull << 63));
+  return kMax ? key : ~key;
+}
+
+// The value of a rank: rank_of's inverse (-0.0 comes back as +0.0, every
+// NaN as the canonical NaN).
+template <bool kMax>
+__device__ __forceinline__ float value_of_rank(uint32_t rank) {
+  if (rank == 0xffffffffu) return __uint_as_float(0x7fc00000u);
+  const uint32_t key = kMax ? rank : ~rank;
+  return __uint_as_float((key & 0x80000000u) ? key ^ 0x80000000u : ~key);
+}
+template <bool kMax>
+__device__ __forceinline__ double value_of_rank(uint64_t rank) {
+  if (rank == ~0ull) return __longlong_as_double(0x7ff8000000000000ll);
+  const uint64_t key = kMax ? rank : ~rank;
+  const uint64_t sign = 1ull << 63;
+  return __longlong_as_double(static_cast<long long>((key & sign) ? key ^ sign : ~key));
+}
+
+// One element's winner so far as a word that orders like (rank, smaller
+// source) and carries a tie bit: merge keeps the larger word and sets the
+// tie bit where the ranks are equal, whatever the order of merging. The
+// all-zero word (rank 0) means no entry yet. For 32-bit ranks it is the
+// 64-bit word the hub chunks merge with atomicMax.
+template <typename rank_t>
+struct WinnerWord;
+
+template <>
+struct WinnerWord<uint32_t> {
+  using type = unsigned long long;  // rank << 32 | (~source & 0x7fffffff) << 1 | tie bit
+  static __device__ __forceinline__ type none() { return 0; }
+  static __device__ __forceinline__ type make(uint32_t rank, int32_t source) {
+    return static_cast<type>(rank) << 32 | (static_cast<uint32_t>(~source) & 0x7fffffffu) << 1;
+  }
+  static __device__ __forceinline__ uint32_t rank(type w) { return static_cast<uint32_t>(w >> 32); }
+  static __device__ __forceinline__ int32_t source(type w) {
+    return static_cast<int32_t>(~(static_cast<uint32_t>(w) >> 1) & 0x7fffffffu);
+  }
+  static __device__ __forceinline__ bool tied(type w) { return (w & 1ull) != 0; }
+  static __device__ __forceinline__ type merge(type w, type n) {
+    return (n > w ? n : w) | (rank(n) == rank(w) ? 1ull : 0ull);
+  }
+  static __device__ __forceinline__ type shfl_xor(type w, int offset) {
+    return __shfl_xor_sync(0xffffffffu, w, offset);
+  }
+};
+
+template <>
+struct WinnerWord<uint64_t> {
+  struct type {
+    uint64_t rank;
+    uint32_t low;  // (~source & 0x7fffffff) << 1 | tie bit, as above
+  };
+  static __device__ __forceinline__ type none() { return type{0, 0}; }
+  static __device__ __forceinline__ type make(uint64_t rank, int32_t source) {
+    return type{rank, (static_cast<uint32_t>(~source) & 0x7fffffffu) << 1};
+  }
+  static __device__ __forceinline__ uint64_t rank(type w) { return w.rank; }
+  static __device__ __forceinline__ int32_t source(type w) {
+    return static_cast<int32_t>(~(w.low >> 1) & 0x7fffffffu);
+  }
+  static __device__ __forceinline__ bool tied(type w) { return (w.low & 1u) != 0; }
+  static __device__ __forceinline__ type merge(type w, type n) {
+    const bool equal = n.rank == w.rank;
+    type best = (n.rank > w.rank || (equal && n.low > w.low)) ? n : w;
+    best.low |= equal ? 1u : 0u;
+    return best;
+  }
+  static __device__ __forceinline__ type shfl_xor(type w, int offset) {
+    return type{__shfl_xor_sync(0xffffffffu, w.rank, offset),
+                __shfl_xor_sync(0xffffffffu, w.low, offset)};
+  }
+};
+
+template <typename scalar_t_, typename index_t_, int kVec_, bool kMax_>
+struct MinMaxTraits {
+  using scalar_t = scalar_t_;  // x and out
+  using index_t = index_t_;    // rowptr and col
+  using acc_t = typename DTypeTraits<scalar_t>::acc;  // values compared in float (double)
+  using rank_t = decltype(rank_of<kMax_>(acc_t()));   // uint32_t (uint64_t for double)
+  using Word = WinnerWord<rank_t>;
+
+  static constexpr bool kMax = kMax_;
+  static constexpr int kVec = kVec_;  // features per load (16 bytes where alignment allows)
+  static constexpr int kUnroll = 4;   // entries in flight per lane (forward)
+  static constexpr int kWalkUnroll = 2;  // entries in flight per lane in backward walks
+  static constexpr int kThreadsPerBlock = 256;
+  static constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
+  // Caps registers at 64 a thread (1/2 occupancy): the forward kernels are
+  // bound by instruction issue and latency more than by bandwidth.
+  static constexpr int kMinBlocksPerSm = 4;
+  static_assert(sizeof(scalar_t) * kVec <= 16, "a lane loads at most 16 bytes at once");
+};
+
+// Whether two values tie: equal, -0.0 equal to +0.0, NaN equal to NaN
+// (exactly where their ranks are equal).
 template <typename acc_t>
 __device__ __forceinline__ bool same_value(acc_t a, acc_t b) {
   return a == b || (a != a && b != b);
-}
-template <bool kMax, typename acc_t>
-__device__ __forceinline__ bool better_value(acc_t a, acc_t b) {
-  if (a != a) return b == b;  // NaN beats every number
-  if (b != b) return false;
-  return kMax ? a > b : a < b;
 }
 
 // The arg code of a winner: plain where the whole gradient goes to it, else
@@ -65,21 +145,6 @@ __device__ __forceinline__ int32_t arg_code(int32_t source, bool tied, acc_t val
   const bool walk = tied || value == acc_t(0) || value != value;
   return walk ? ~source : source;
 }
-
-// A hub element's merge word: rank, then the smaller source, then a tie
-// bit, so that atomicMax keeps the winner; 0 is below every real word.
-__device__ __forceinline__ unsigned long long merge_word(uint32_t rank, int32_t source,
-                                                         bool tied) {
-  const uint32_t low = (static_cast<uint32_t>(~source) & 0x7fffffffu) << 1 | (tied ? 1u : 0u);
-  return static_cast<unsigned long long>(rank) << 32 | low;
-}
-__device__ __forceinline__ uint32_t word_rank(unsigned long long w) {
-  return static_cast<uint32_t>(w >> 32);
-}
-__device__ __forceinline__ int32_t word_source(unsigned long long w) {
-  return static_cast<int32_t>(~(static_cast<uint32_t>(w) >> 1) & 0x7fffffffu);
-}
-__device__ __forceinline__ bool word_tied(unsigned long long w) { return (w & 1ull) != 0; }
 
 // The forward's hub workspace: the hub list and one merge word per hub
 // element.

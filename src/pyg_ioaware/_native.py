@@ -162,6 +162,8 @@ class MinmaxBackwardParams(ctypes.Structure):
         ("a", Csr),
         ("a_t", Csr),
         ("width", ctypes.c_int64),
+        ("hub_degree", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs", ctypes.c_int64),
         ("x", ctypes.c_void_p),
         ("x_row_stride", ctypes.c_int64),
         ("out", ctypes.c_void_p),
@@ -538,11 +540,11 @@ def minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
 
 def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: Tensor,
                     out: Tensor, arg: Tensor, grad_out: Tensor, reduce: str,
-                    grad_x: Tensor) -> None:
+                    hub_degree: Optional[Tensor], max_hubs: int, grad_x: Tensor) -> None:
     """Enqueues grad_x = the gradient of pygio_minmax's out through its arg
     on torch's current stream (contract: pygio_minmax_backward):
     deterministic where ``transpose`` (rowptr_t, col_t, the CSR^T) is given,
-    else with atomics."""
+    else with atomics, rows above ``hub_degree`` walking in chunks."""
     lib = library()
     num_rows = rowptr.numel() - 1
     a_t = Csr(index_bits=index_bits(rowptr.dtype))
@@ -552,7 +554,8 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
         struct_size=ctypes.sizeof(MinmaxBackwardParams), dtype=_dtype_code(x.dtype),
         device=x.device.index, reduce=REDUCE_CODES[reduce],
         deterministic=int(transpose is not None), a=_csr(rowptr, col, x.size(0)), a_t=a_t,
-        width=x.size(1), x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
+        width=x.size(1), hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
+        x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
         out=out.data_ptr(), out_row_stride=_row_stride(out, "out"), arg=_int32_pointer(arg),
         grad_out=grad_out.data_ptr(), grad_out_row_stride=_row_stride(grad_out, "grad_out"),
         grad_x=grad_x.data_ptr(), grad_x_row_stride=_row_stride(grad_x, "grad_x"),

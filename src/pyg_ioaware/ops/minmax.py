@@ -183,8 +183,9 @@ def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
     grad_out = grad_out.contiguous()
     grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     transpose = None if rowptr_t is None else (rowptr_t, col_t)
+    degree, max_hubs = hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE)
     _native.minmax_backward(rowptr, col, transpose, x, out, arg.contiguous(), grad_out, reduce,
-                            grad_x)
+                            degree, max_hubs, grad_x)
     return grad_x
 
 
