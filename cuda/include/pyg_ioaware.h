@@ -236,7 +236,8 @@ PYGIO_API int pygio_spmm_csr(const pygio_spmm_csr_params* params);
  * has a.num_cols rows. Values are ordered by a 32-bit rank of their fp32
  * widening: -0.0 and +0.0 are equal, NaN wins over every number (min and
  * max propagate NaN), ties go to the smaller source index. out takes the
- * winner's value (0 for a row with no entries) in dtype.
+ * winner's value (0 for a row with no entries) in dtype; a zero result is
+ * +0.0 and a NaN result the canonical NaN.
  *
  * arg (optional) records, per element, how the backward distributes
  * dL/dout[r, f] (PyG's rule, torch.scatter_reduce's with include_self =

@@ -7,7 +7,8 @@
 for the CSR structure (rowptr, col) (rows = destinations, col = sources, x
 [num_src, C], any floating dtype; out in x's dtype). Values compare as
 torch.amin / amax do: NaN propagates, -0.0 equals +0.0; ties go to the
-smaller source index. ``arg`` (int32 [num_rows, C], or an empty tensor
+smaller source index. (The CUDA kernels return a zero result as +0.0 where
+torch may keep -0.0, and NaN as the canonical NaN.) ``arg`` (int32 [num_rows, C], or an empty tensor
 without ``with_arg``) tells the backward where each element's gradient
 goes (:data:`ARG_EMPTY`, a source, or ~source for a tie, zero or NaN
 result resolved by walking the row).
