@@ -62,6 +62,19 @@ def test_cpu_low_precision(dtype):
     assert relative_error(out, ref) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("reduce", ["sum", "mean"])
+def test_cpu_autocast_keeps_the_input_dtype(reduce):
+    """Under CPU bf16 autocast an fp32 aggregation stays fp32 (torch.sparse
+    has no bf16 CPU mm for autocast to cast it to)."""
+    edge_index = random_graph(40, 40, 300, seed=14)
+    x = torch.randn(40, 9)
+    expected = ops.aggregate(x, edge_index, reduce=reduce)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ops.aggregate(x, edge_index, reduce=reduce)
+    assert out.dtype == torch.float32
+    assert torch.equal(out, expected)
+
+
 def test_gradcheck_cpu():
     edge_index = random_graph(12, 9, 40, seed=14)
     x = torch.randn(12, 3, dtype=torch.float64, requires_grad=True)

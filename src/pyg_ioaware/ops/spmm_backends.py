@@ -92,8 +92,9 @@ def _csr_view(call: SpmmCall) -> Tensor:
 
 
 def sparse_mm_cpu(call: SpmmCall) -> Tensor:
-    """Y = A X by torch.sparse.mm on the CPU. Forward-only: autograd is
-    SpmmFunction's."""
+    """Y = A X by torch.sparse.mm on the CPU, in X's dtype (CPU autocast
+    would cast it to a 16-bit mm that torch.sparse lacks). Forward-only:
+    autograd is SpmmFunction's."""
     if _SPARSE_CSR_NOTE["silenced"]:
         a = _csr_view(call)
     else:  # torch warns once per process that sparse CSR is in beta: not the user's concern
@@ -102,7 +103,8 @@ def sparse_mm_cpu(call: SpmmCall) -> Tensor:
                                     category=UserWarning)
             a = _csr_view(call)
         _SPARSE_CSR_NOTE["silenced"] = True
-    return torch.sparse.mm(a, call.x.detach())
+    with torch.autocast("cpu", enabled=False):
+        return torch.sparse.mm(a, call.x.detach())
 
 
 class TorchBackend:
