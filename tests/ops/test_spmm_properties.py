@@ -44,8 +44,9 @@ def run_case(name, mode, weighted, width, dtype, device):
     w = torch.rand(edge_index.size(1), generator=gen, dtype=torch.float64) + 0.1
     grad = torch.randn(num_dst, width, generator=gen, dtype=torch.float64)
 
-    xx = x.to(device, dtype).requires_grad_()
-    ww = w.to(device, dtype).requires_grad_() if weighted else None
+    # Copies: in float64 on the CPU, .to() would return x itself.
+    xx = x.to(device, dtype, copy=True).requires_grad_()
+    ww = w.to(device, dtype, copy=True).requires_grad_() if weighted else None
     ei = edge_index.to(device)
     if mode == "gcn":
         out = ops.gcn_adjacency(ei, num_src, ww).propagate(xx)
