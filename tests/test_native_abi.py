@@ -279,6 +279,168 @@ def test_own_spmm_checks_its_parameters():
         assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
 
 
+def _int32_at(address):
+    return ctypes.cast(address, ctypes.POINTER(ctypes.c_int32))
+
+
+def _int64_at(address):
+    return ctypes.cast(address, ctypes.POINTER(ctypes.c_int64))
+
+
+# A forward / backward whose sizes are consistent and whose pointers are
+# non-NULL and aligned (fake addresses): every case below breaks one thing,
+# so the entry must refuse before it touches the device.
+MINMAX_CSR = dict(num_rows=2, num_cols=3, nnz=4, rowptr=16, col=16, index_bits=32)
+MINMAX_FORWARD = dict(dtype=0, reduce=1, width=4, x=16, x_row_stride=4, out=16,
+                      out_row_stride=4)
+MINMAX_BACKWARD = dict(dtype=0, reduce=1, deterministic=0, width=4, x=16, x_row_stride=4,
+                       out=16, out_row_stride=4, grad_out=16, grad_out_row_stride=4,
+                       grad_x=16, grad_x_row_stride=4)
+
+
+def _minmax_params(backward: bool, fields: dict):
+    fields = dict(fields)
+    a = dict(MINMAX_CSR, **fields.pop("a", {}))
+    base = dict(MINMAX_BACKWARD if backward else MINMAX_FORWARD, arg=_int32_at(32))
+    if backward:
+        a_t = dict(num_rows=a["num_cols"], num_cols=a["num_rows"], nnz=a["nnz"], rowptr=16,
+                   col=16, index_bits=a["index_bits"])
+        a_t.update(fields.pop("a_t", {}))
+        base["a_t"] = _native.Csr(**a_t)
+    base.update(fields)
+    name = "pygio_minmax_backward_params" if backward else "pygio_minmax_params"
+    return _params(name, a=_native.Csr(**a), **base)
+
+
+def _minmax_workspace(backward: bool, **fields) -> tuple:
+    """(status, bytes) of pygio_minmax[_backward]_workspace_size."""
+    entry = "pygio_minmax_backward_workspace_size" if backward else "pygio_minmax_workspace_size"
+    size = ctypes.c_size_t(12345)
+    status = getattr(_native.library(), entry)(ctypes.byref(_minmax_params(backward, fields)),
+                                               ctypes.byref(size))
+    return status, size.value
+
+
+@needs_library
+def test_own_minmax_checks_its_parameters():
+    """pygio_minmax refuses, before touching the device, what would make its
+    kernels read or write out of bounds (or misread the arg codes)."""
+    hub = dict(hub_degree=_int64_at(16), max_hubs=2, a=dict(nnz=600))  # 2 hub slots
+    cases = [
+        (dict(reduce=2), "reduce must be 0 or 1"),
+        (dict(reduce=-1), "reduce must be 0 or 1"),
+        (dict(width=-1), "width must be non-negative"),
+        (dict(a=dict(num_cols=2**31)), "num_cols must be below 2^31"),
+        (dict(a=dict(index_bits=16)), "index_bits must be 32 or 64"),
+        (dict(a=dict(nnz=-1)), "sizes must be non-negative"),
+        (dict(dtype=4), "unknown dtype code 4"),
+        (dict(max_hubs=-1), "max_hubs must be non-negative"),
+        (dict(out=None), "rowptr and out must not be NULL"),
+        (dict(a=dict(rowptr=None, nnz=0)), "rowptr and out must not be NULL"),
+        (dict(a=dict(rowptr=None)), "rowptr / col must not be NULL"),
+        (dict(out_row_stride=3), "out row stride 3"),
+        (dict(arg=_int32_at(36)), "arg must be 16-byte aligned"),
+        (dict(arg=_int32_at(4)), "arg must be 16-byte aligned"),
+        (hub, "needs a workspace"),
+        (dict(hub, workspace=24), "workspace must be 16-byte aligned"),
+        (dict(x=None), "x must not be NULL"),
+        (dict(x_row_stride=3), "x row stride 3"),
+    ]
+    for fields, expected in cases:
+        status, message = _call("pygio_minmax", _minmax_params(False, fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+        assert message.startswith("pygio_minmax:"), message
+        status, _ = _minmax_workspace(False, **fields)
+        size_checked = any(word in expected for word in ("reduce", "width", "num_cols",
+                                                         "index_bits", "sizes", "dtype",
+                                                         "max_hubs", "rowptr / col"))
+        assert (status == PYGIO_ERR_INVALID_ARGUMENT) == size_checked, (fields, status)
+    # Nothing to do needs no device (and no pointer at all).
+    for fields in (dict(a=dict(num_rows=0, nnz=0, rowptr=None, col=None), out=None, x=None),
+                   dict(width=0, out=None, x=None, arg=None)):
+        assert _call("pygio_minmax", _minmax_params(False, fields)) == (0, ""), fields
+
+
+@needs_library
+def test_minmax_workspace_sizes():
+    """Hub slots only where a row can be split: never for fp64, never
+    without a threshold, at most nnz / 257 and num_rows of them."""
+    hub = dict(hub_degree=_int64_at(16), max_hubs=2, a=dict(nnz=600))
+    assert _minmax_workspace(False) == (0, 0)
+    status, two = _minmax_workspace(False, **hub)
+    assert status == 0 and two % 16 == 0 and two >= 2 * 4 * 8 + 2 * 16  # words + hub list
+    assert _minmax_workspace(False, **dict(hub, max_hubs=100)) == (0, two)  # 600 // 257 = 2
+    status, one = _minmax_workspace(False, **dict(hub, max_hubs=1))
+    assert status == 0 and 0 < one < two
+    assert _minmax_workspace(False, **dict(hub, dtype=1)) == (0, 0)  # fp64 is never split
+    assert _minmax_workspace(False, **dict(hub, a=dict(nnz=256))) == (0, 0)  # no row > 256
+    assert _minmax_workspace(False, **dict(hub, hub_degree=None)) == (0, 0)
+    status, message = _call("pygio_minmax_workspace_size", _minmax_params(False, {}))
+    assert status == 0  # (_call passes a real out-argument)
+    lib = _native.library()
+    assert lib.pygio_minmax_workspace_size(ctypes.byref(_minmax_params(False, {})),
+                                           None) == PYGIO_ERR_INVALID_ARGUMENT
+    assert "bytes must not be NULL" in lib.pygio_last_error().decode()
+    # backward: the fp32 accumulator of 16-bit grad_x, every element's share
+    # when deterministic, match counts per hub element (fp64 included)
+    assert _minmax_workspace(True) == (0, 0)
+    status, half = _minmax_workspace(True, dtype=2)
+    assert status == 0 and half >= 3 * 4 * 4
+    status, deterministic = _minmax_workspace(True, deterministic=1)
+    assert status == 0 and deterministic >= 2 * 4 * 4
+    status, fp64_hubs = _minmax_workspace(True, dtype=1, **hub)
+    assert status == 0 and fp64_hubs >= 2 * 4 * 8 + 2 * 16
+    assert _minmax_workspace(True, deterministic=1, **hub)[1] == deterministic  # no hubs
+    assert lib.pygio_minmax_backward_workspace_size(
+        ctypes.byref(_minmax_params(True, {})), None) == PYGIO_ERR_INVALID_ARGUMENT
+
+
+@needs_library
+def test_own_minmax_backward_checks_its_parameters():
+    hub = dict(hub_degree=_int64_at(16), max_hubs=2, a=dict(nnz=600))
+    null_message = "rowptr, out, arg and grad_out must not be NULL, arg 16-byte aligned"
+    cases = [
+        (dict(reduce=3), "reduce must be 0 or 1"),
+        (dict(width=-2), "width must be non-negative"),
+        (dict(a=dict(num_cols=2**31)), "num_cols must be below 2^31"),
+        (dict(a=dict(index_bits=8)), "index_bits must be 32 or 64"),
+        (dict(dtype=-1), "unknown dtype code -1"),
+        (dict(deterministic=2), "deterministic must be 0 or 1"),
+        (dict(deterministic=1, a_t=dict(num_rows=2)), "a_t must be the transpose of a"),
+        (dict(deterministic=1, a_t=dict(num_cols=3)), "a_t must be the transpose of a"),
+        (dict(deterministic=1, a_t=dict(nnz=5)), "a_t must be the transpose of a"),
+        (dict(deterministic=1, a_t=dict(index_bits=64)), "a_t must be the transpose of a"),
+        (dict(deterministic=1, a_t=dict(index_bits=16)), "index_bits must be 32 or 64"),
+        (dict(deterministic=1, a_t=dict(col=None)), "rowptr / col must not be NULL"),
+        (dict(grad_x=None), "grad_x must not be NULL"),
+        (dict(grad_x_row_stride=3), "grad_x row stride 3"),
+        (dict(dtype=2), "needs a workspace"),          # fp16: fp32 accumulator
+        (dict(dtype=3), "needs a workspace"),          # bf16
+        (dict(deterministic=1), "needs a workspace"),  # every element's share
+        (hub, "needs a workspace"),                    # hub match counts
+        (dict(dtype=2, workspace=8), "workspace must be 16-byte aligned"),
+        (dict(arg=_int32_at(36)), null_message),
+        (dict(arg=None), null_message),
+        (dict(out=None), null_message),
+        (dict(grad_out=None), null_message),
+        (dict(a=dict(rowptr=None, nnz=0), a_t=dict(nnz=0)), null_message),
+        (dict(out_row_stride=2), "out row stride 2"),
+        (dict(grad_out_row_stride=1), "grad_out row stride 1"),
+        (dict(deterministic=1, workspace=16, a=dict(nnz=0), a_t=dict(nnz=0, rowptr=None)),
+         "a_t.rowptr must not be NULL"),
+        (dict(x=None), "x must not be NULL"),
+        (dict(x_row_stride=3), "x row stride 3"),
+    ]
+    for fields, expected in cases:
+        status, message = _call("pygio_minmax_backward", _minmax_params(True, fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+        assert message.startswith("pygio_minmax_backward:"), message
+    # Nothing to do needs no device: no sources (grad_x is empty) or width 0.
+    for fields in (dict(a=dict(num_cols=0, nnz=0), grad_x=None, x=None),
+                   dict(width=0, grad_x=None, x=None, out=None, arg=None, grad_out=None)):
+        assert _call("pygio_minmax_backward", _minmax_params(True, fields)) == (0, ""), fields
+
+
 @needs_library
 def test_spmm_calls_need_a_plan():
     status, message = _call("pygio_spmm_run", _params("pygio_spmm_params"))

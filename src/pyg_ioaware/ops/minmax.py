@@ -128,8 +128,8 @@ def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tens
 
 
 # ------------------------------------------------------------------ checks
-def _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg) -> None:
-    who = "pyg_ioaware::neighbor_minmax"
+def _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg,
+                   who: str = "pyg_ioaware::neighbor_minmax") -> None:
     checks.csr_structure(rowptr, col, who)
     if reduce not in REDUCES:
         raise ValueError(f"{who}: reduce must be one of {REDUCES}, got {reduce!r}")
@@ -145,7 +145,7 @@ def _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg) -> None:
 
 def _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce) -> None:
     who = "pyg_ioaware::neighbor_minmax_backward"
-    _check_forward(rowptr, col, x, reduce, DEFAULT_HUB_QUANTILE, True)
+    _check_forward(rowptr, col, x, reduce, DEFAULT_HUB_QUANTILE, True, who)
     rows, width, device = rowptr.size(0) - 1, x.size(1), rowptr.device
     checks.dense(out, "out", rows, x.dtype, device, who, width=width)
     checks.dense(grad_out, "grad_out", rows, x.dtype, device, who, width=width)
@@ -161,10 +161,25 @@ def _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce)
 
 
 # -------------------------------------------------------------- kernels
+def _rows_readable(t: Tensor) -> Tensor:
+    """t, or a contiguous copy where the kernels cannot read it in place
+    (inner stride not 1, or rows overlapping: an expanded tensor)."""
+    if t.stride(-1) == 1 and (t.size(0) <= 1 or t.stride(0) >= t.size(1)):
+        return t
+    return t.contiguous()
+
+
+def _arg_readable(arg: Tensor) -> Tensor:
+    """arg, or a contiguous 16-byte-aligned copy (what the kernels load)."""
+    if arg.is_contiguous() and arg.data_ptr() % 16 == 0:
+        return arg
+    return arg.clone(memory_format=torch.contiguous_format)
+
+
 def _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg) -> Tuple[Tensor, Tensor]:
     if not native_ready(x.device):
         return minmax_reference(rowptr, col, x, reduce, with_arg)
-    x = x if x.stride(-1) == 1 else x.contiguous()
+    x = _rows_readable(x)
     num_rows = rowptr.numel() - 1
     out = torch.empty(num_rows, x.size(1), dtype=x.dtype, device=x.device)
     arg = (torch.empty(num_rows, x.size(1), dtype=torch.int32, device=x.device) if with_arg
@@ -180,12 +195,11 @@ def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
                             reduce) -> Tensor:
     if not native_ready(x.device):
         return minmax_backward_reference(rowptr, col, x, out, arg, grad_out)
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    grad_out = grad_out.contiguous()
+    x, out, grad_out = _rows_readable(x), _rows_readable(out), _rows_readable(grad_out)
     grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     transpose = None if rowptr_t is None else (rowptr_t, col_t)
     degree, max_hubs = hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE)
-    _native.minmax_backward(rowptr, col, transpose, x, out, arg.contiguous(), grad_out, reduce,
+    _native.minmax_backward(rowptr, col, transpose, x, out, _arg_readable(arg), grad_out, reduce,
                             degree, max_hubs, grad_x)
     return grad_x
 

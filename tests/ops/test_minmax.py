@@ -1,0 +1,977 @@
+"""The reduction family: pyg_ioaware::neighbor_minmax / neighbor_minmax_backward,
+graph_minmax / MinMaxFunction and ops.aggregate(reduce="min" | "max").
+
+Every result is checked against PyG 2.8's own computation in float64 with
+autograd (torch_geometric.utils.scatter(x[src], dst, reduce=...) on CPU,
+i.e. torch.scatter_reduce amin / amax with include_self=False on zeros):
+forward values exactly (NaN == NaN, -0.0 == +0.0), gradients elementwise
+within TOLERANCE of the sum of the absolute shares each source receives,
+and the int32 arg against the encoding of pyg_ioaware.h (the smallest
+source among those equal to the result; ~source where the row must be
+walked in backward; ARG_EMPTY for rows without entries). 16-bit runs are
+compared with the float64 reference of their rounded inputs, for which the
+forward is exact. CPU always; CUDA under @pytest.mark.cuda (gpu_check.sh
+runs the "property_sample" fp32 / bf16 cases and the "sanitizer" tests under
+compute-sanitizer).
+"""
+import functools
+import math
+
+import pytest
+import torch
+from _helpers import (PROPERTY_GRAPHS, TOLERANCE, native_required, property_case,
+                      random_graph, seed_of)
+from torch_geometric.utils import scatter
+
+from pyg_ioaware import Graph, _native, ops
+from pyg_ioaware.graph import ENV_FORCE_INT64
+from pyg_ioaware.ops import minmax as mm
+from pyg_ioaware.ops.minmax import ARG_EMPTY, MIN_HUB_DEGREE, graph_minmax, hub_degree
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+DTYPE_IDS = ["fp32", "fp64", "fp16", "bf16"]
+REDUCES = ["min", "max"]
+GRAPH_NAMES = [g[0] for g in PROPERTY_GRAPHS]
+CUDA_WIDTHS = [1, 3, 17, 64, 130, 512]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+INT_VIEW = {torch.float64: torch.int64, torch.float32: torch.int32,
+            torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+forward_op = torch.ops.pyg_ioaware.neighbor_minmax
+backward_op = torch.ops.pyg_ioaware.neighbor_minmax_backward
+# The wrappers themselves, for the spies that tests install around them.
+NATIVE_MINMAX, NATIVE_MINMAX_BACKWARD = _native.minmax, _native.minmax_backward
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_cpu_thread():
+    """The CPU references here are small: OpenMP fan-out costs them more
+    than it saves (scatter_reduce_ on an expanded index: ~80 ms a call with
+    2 threads on a loaded host, 0.1 ms with one). Restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def check_native(device):
+    """On GPU hosts (PYG_IOAWARE_REQUIRE_NATIVE=1) CUDA tests must run the
+    kernels, not the plain-torch fallback."""
+    if torch.device(device).type == "cuda" and native_required():
+        assert _native.library() is not None, "PYG_IOAWARE_REQUIRE_NATIVE=1 but no library"
+
+
+# ------------------------------------------------------------- references
+def pyg_reference(edge_index, x64, num_dst, reduce, grad64):
+    """(out, grad_x, bound) in float64 exactly as PyG computes them (scatter
+    with autograd); bound[s, f] = the sum of |share| source s receives (the
+    gradient of |grad_out|), the scale of a gradient's rounding error."""
+    edge_index = edge_index.cpu()
+    xr = x64.detach().cpu().clone().requires_grad_()
+    out = scatter(xr[edge_index[0]], edge_index[1], dim=0, dim_size=num_dst, reduce=reduce)
+    grad, bound = torch.zeros_like(xr), torch.zeros_like(xr)
+    if out.requires_grad:
+        (grad,) = torch.autograd.grad(out, xr, grad64.cpu(), retain_graph=True)
+        (bound,) = torch.autograd.grad(out, xr, grad64.cpu().abs())
+    return out.detach(), grad, bound
+
+
+def expected_arg(edge_index, x64, out64):
+    """The arg pyg_ioaware.h specifies, from edge_index (row = destination)
+    and the float64 result: the smallest source equal to the result (NaN
+    equal to NaN), plain where it alone takes the gradient, ~source where
+    the result is tied, zero or NaN, ARG_EMPTY where the row has no entry."""
+    src, dst = edge_index.cpu()
+    num_dst, width = out64.shape
+    messages, results = x64.cpu()[src], out64[dst]
+    equal = (messages == results) | (messages.isnan() & results.isnan())
+    index = dst.unsqueeze(1).expand_as(messages)
+    count = torch.zeros(num_dst, width, dtype=torch.long).scatter_add_(0, index, equal.long())
+    beyond = 2**40
+    candidates = torch.where(equal, src.unsqueeze(1).expand_as(messages), beyond)
+    winner = torch.full((num_dst, width), beyond).scatter_reduce_(0, index, candidates, "amin")
+    walk = (count > 1) | (out64 == 0) | out64.isnan()
+    arg = torch.where(walk, ~winner, winner)
+    return arg.masked_fill_(count == 0, ARG_EMPTY)
+
+
+# ------------------------------------------------------------ comparisons
+def assert_same_values(got, want, dtype=None):
+    """Exactly equal values (NaN == NaN, -0.0 == +0.0, inf == inf)."""
+    if dtype is not None:
+        assert got.dtype == dtype
+    got = got.detach().double().cpu()
+    assert got.shape == want.shape, (got.shape, want.shape)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan), "NaN in different places"
+    bad = (got != want) & ~nan
+    assert not bad.any(), (f"{int(bad.sum())} values differ, first at "
+                           f"{bad.nonzero()[0].tolist()}: {got[bad][:4]} vs {want[bad][:4]}")
+
+
+def assert_grad_close(got, want, bound, dtype):
+    """got within TOLERANCE[dtype] x (sum of |shares|) of want, elementwise,
+    NaN exactly where want has NaN (an element no share reaches must be 0)."""
+    assert got.dtype == dtype
+    got = got.detach().double().cpu()
+    assert got.shape == want.shape, (got.shape, want.shape)
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan), "NaN gradients in different places"
+    error = (got - want).abs().masked_fill(nan, 0.0)
+    allowed = TOLERANCE[dtype] * bound.masked_fill(nan, 0.0)
+    bad = error > allowed
+    assert not bad.any(), (f"{int(bad.sum())} gradients off, first at "
+                           f"{bad.nonzero()[0].tolist()}: {got[bad][:4]} vs {want[bad][:4]}")
+
+
+def assert_arg(arg, want):
+    """arg (int32) against expected_arg, checked in three steps for clear
+    failures: empty rows, the winner (decoded), then the walk flag."""
+    assert arg.dtype == torch.int32 and arg.shape == want.shape, (arg.dtype, arg.shape)
+    arg = arg.cpu().long()
+    empty = want == ARG_EMPTY
+    assert torch.equal(arg == ARG_EMPTY, empty), "ARG_EMPTY in the wrong places"
+    decode = lambda a: torch.where(a >= 0, a, ~a)  # noqa: E731
+    assert torch.equal(decode(arg)[~empty], decode(want)[~empty]), "wrong winners"
+    assert torch.equal(arg[~empty] < 0, want[~empty] < 0), "wrong walk flags"
+
+
+def bits(t):
+    """The raw bits of a floating tensor (bitwise comparison, NaN included)."""
+    return t.detach().contiguous().view(INT_VIEW[t.dtype])
+
+
+# --------------------------------------------------------------- inputs
+def special_values(dtype):
+    """NaN, +-inf, +-0.0, +-subnormal, +-max, small integers."""
+    info = torch.finfo(dtype)
+    sub = info.smallest_normal / 2
+    return torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0, sub, -sub, info.max,
+                         -info.max, 1.0, -1.0, 2.0, -3.0], dtype=torch.float64)
+
+
+SPECIAL_WEIGHTS = torch.tensor([1, 3, 3, 8, 8, 3, 3, 2, 2, 6, 6, 6, 6], dtype=torch.float64)
+
+
+def features(num, width, kind, dtype, gen):
+    """[num, width] features in dtype (exact float64 values: x.double()).
+
+    ties: integers in [-3, 3] (many ties and zeros), half the zeros -0.0;
+    distinct: randn (ties only by rounding); special: special_values()."""
+    if kind == "ties":
+        x = torch.randint(-3, 4, (num, width), generator=gen).double()
+        flip = (x == 0) & (torch.rand(num, width, generator=gen, dtype=torch.float64) < 0.5)
+        x[flip] = -0.0
+    elif kind == "distinct":
+        x = torch.randn(num, width, generator=gen, dtype=torch.float64)
+    else:
+        table = special_values(dtype)
+        pick = torch.multinomial(SPECIAL_WEIGHTS, num * width, replacement=True, generator=gen)
+        x = table[pick].view(num, width)
+    return x.to(dtype)
+
+
+def grad_values(num, width, dtype, gen):
+    return torch.randn(num, width, generator=gen, dtype=torch.float64).to(dtype)
+
+
+# ------------------------------------------------------- the property case
+def run_property_case(name, reduce, width, dtype, kind, device, index_dtype):
+    """ops.aggregate with autograd, the raw forward op (out, arg) and the raw
+    backward op (atomic and CSR^T), each against PyG's float64 result."""
+    seed = seed_of("minmax", name, reduce, width, dtype, kind)
+    edge_index, num_src, num_dst = property_case(name, seed)
+    gen = torch.Generator().manual_seed(seed)
+    x = features(num_src, width, kind, dtype, gen)
+    grad = grad_values(num_dst, width, dtype, gen)
+    ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), num_dst, reduce,
+                                             grad.double())
+    ei, x_dev, grad_dev = edge_index.to(device), x.to(device), grad.to(device)
+
+    xx = x_dev.clone().requires_grad_()
+    out = ops.aggregate(xx, ei, reduce, size=(num_src, num_dst))
+    out.backward(grad_dev)
+    assert out.device.type == torch.device(device).type
+    assert_same_values(out, ref_out, dtype)
+    assert_grad_close(xx.grad, ref_grad, bound, dtype)
+
+    graph = Graph.from_edge_index(ei, (num_src, num_dst))
+    assert graph.col.dtype == index_dtype
+    o, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce)
+    assert_same_values(o, ref_out, dtype)
+    assert_arg(arg, expected_arg(edge_index, x.double(), ref_out))
+    transpose = graph.transpose
+    for rowptr_t, col_t in ((None, None), (transpose.rowptr, transpose.col)):
+        gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x_dev, o, arg, grad_dev,
+                         reduce)
+        assert_grad_close(gx, ref_grad, bound, dtype)
+
+
+# CPU: every dtype and the odd widths over tie-heavy inputs, plus distinct values.
+CPU_CASES = [(w, "ties") for w in (1, 3, 17, 64, 130)] + [(17, "distinct")]
+
+
+# (dtype, index width) on CPU: int64 indices with one 32- and one 16-bit type.
+CPU_VARIANTS = [(dtype, 32) for dtype in DTYPES] + [(torch.float32, 64), (torch.bfloat16, 64)]
+
+
+@pytest.mark.parametrize("dtype, index_width", CPU_VARIANTS,
+                         ids=[f"{DTYPE_IDS[DTYPES.index(d)]}-{w}" for d, w in CPU_VARIANTS])
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+def test_cpu_property(name, dtype, index_width, monkeypatch):
+    if index_width == 64:
+        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+    index_dtype = torch.int64 if index_width == 64 else torch.int32
+    for reduce in REDUCES:
+        for width, kind in CPU_CASES:
+            run_property_case(name, reduce, width, dtype, kind, "cpu", index_dtype)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("index_width", [32, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("name", GRAPH_NAMES)
+def test_cuda_property_sample(name, dtype, index_width, monkeypatch):
+    """The GPU sample; gpu_check.sh runs its fp32 and bf16 cases under
+    compute-sanitizer."""
+    check_native("cuda")
+    if index_width == 64:
+        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+    index_dtype = torch.int64 if index_width == 64 else torch.int32
+    for reduce in REDUCES:
+        for width in CUDA_WIDTHS:
+            run_property_case(name, reduce, width, dtype, "ties", "cuda", index_dtype)
+        run_property_case(name, reduce, 64, dtype, "distinct", "cuda", index_dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_special_values(dtype, device):
+    """NaN, +-inf, +-0.0, subnormals and +-max on heavy-tailed graphs with
+    duplicates, a hub and empty rows."""
+    check_native(device)
+    index_dtype = torch.int32
+    widths = (3, 64, 130) if torch.device(device).type == "cuda" else (3, 64)
+    for name in ("small-square", "hub-square", "bipartite-wide", "dense"):
+        for reduce in REDUCES:
+            for width in widths:
+                run_property_case(name, reduce, width, dtype, "special", device, index_dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_explicit_small_cases(dtype, device):
+    """Hand-computed results (not PyG's): ties, the zero fill counted once
+    more, -0.0 equal to +0.0, NaN to every source, infinities, empty rows,
+    duplicate edges."""
+    check_native(device)
+    nan, inf = math.nan, math.inf
+    # sources 0..5, one feature; destination rows 0..6
+    x = torch.tensor([[1.0], [1.0], [-0.0], [0.0], [nan], [inf]], dtype=dtype, device=device)
+    rows = [[0, 1, 2],   # max 1: tie of sources 0, 1
+            [2, 3],      # max 0: -0.0 and +0.0 tie, plus the zero fill
+            [4, 0],      # NaN: every source gets NaN
+            [5, 5, 0],   # inf, duplicated: half each -> all to source 5
+            [],          # empty: 0, ARG_EMPTY
+            [1, 2],      # max 1 alone: plain winner 1
+            [3, 0, 2]]   # max 1: plain winner 0
+    rowptr = torch.tensor([0] + [len(r) for r in rows]).cumsum(0).to(device)
+    col = torch.tensor([s for r in rows for s in r]).to(device)
+    out, arg = forward_op(rowptr, col, x, "max")
+    assert_same_values(out, torch.tensor([[1.0], [0.0], [nan], [inf], [0.0], [1.0], [1.0]],
+                                         dtype=torch.float64), dtype)
+    assert arg.flatten().tolist() == [~0, ~2, ~4, ~5, ARG_EMPTY, 1, 0]
+    g = torch.tensor([[6.0], [3.0], [5.0], [2.0], [7.0], [4.0], [8.0]], dtype=dtype, device=device)
+    for transpose in (False, True):
+        rt, ct = (None, None)
+        if transpose:
+            graph = Graph.from_edge_index(torch.stack([col, torch.repeat_interleave(
+                torch.arange(len(rows), device=device), rowptr.diff())]), (6, 7))
+            rt, ct = graph.transpose.rowptr.to(rowptr.dtype), graph.transpose.col.to(col.dtype)
+        gx = backward_op(rowptr, col, rt, ct, x, out, arg, g, "max").double().cpu().flatten()
+        # source 0: 6/2 (row 0) + NaN (row 2) ; the NaN row poisons sources 0 and 4
+        assert gx[0].isnan() and gx[4].isnan()
+        assert gx[1].item() == 3.0 + 4.0          # half of row 0, all of row 5
+        assert gx[2].item() == 1.0                # row 1: 3 / (2 + zero fill)
+        assert gx[3].item() == 1.0
+        assert gx[5].item() == 2.0                # both duplicates of row 3
+    # min over the same rows: row 0 -> -0.0 == 0 (source 2, with the zero fill)
+    out, arg = forward_op(rowptr, col, x, "min")
+    assert_same_values(out, torch.tensor([[0.0], [0.0], [nan], [1.0], [0.0], [0.0], [0.0]],
+                                         dtype=torch.float64), dtype)
+    assert arg.flatten().tolist() == [~2, ~2, ~4, 0, ARG_EMPTY, ~2, ~2]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_aggregate_size_flow_heads_and_empty(device):
+    """aggregate's bipartite pairs, flow="target_to_source", 3-D features,
+    width 0, no sources, and no edge weights for min / max."""
+    check_native(device)
+    edge_index = random_graph(40, 25, 300, seed=seed_of("minmax-flow"), hub_degree=60)
+    gen = torch.Generator().manual_seed(seed_of("minmax-flow-x"))
+    x_src = features(40, 12, "ties", torch.float32, gen)
+    x_dst = features(25, 12, "ties", torch.float32, gen)
+    ei = edge_index.to(device)
+    for reduce in REDUCES:
+        got = ops.aggregate((x_src.to(device), x_dst.to(device)), ei, reduce)
+        want = scatter(x_src.double()[edge_index[0]], edge_index[1], 0, dim_size=25,
+                       reduce=reduce)
+        assert_same_values(got, want, torch.float32)
+        # target_to_source: messages from edge_index[1] (x_dst) to edge_index[0]
+        got = ops.aggregate((x_src.to(device), x_dst.to(device)), ei, reduce,
+                            flow="target_to_source")
+        want = scatter(x_dst.double()[edge_index[1]], edge_index[0], 0, dim_size=40,
+                       reduce=reduce)
+        assert_same_values(got, want, torch.float32)
+        # [N, H, C] features reduce per (head, channel)
+        heads = x_src.view(40, 3, 4).to(device).requires_grad_()
+        got = ops.aggregate((heads, None), ei, reduce, size=(40, 25))
+        g = torch.randn(25, 3, 4, generator=gen)
+        got.backward(g.to(device))
+        ref_out, ref_grad, bound = pyg_reference(edge_index, x_src.double(), 25, reduce,
+                                                 g.double().view(25, 12))
+        assert got.shape == (25, 3, 4)
+        assert_same_values(got.reshape(25, 12), ref_out, torch.float32)
+        assert_grad_close(heads.grad.reshape(40, 12), ref_grad, bound, torch.float32)
+        # width 0 and no source nodes at all
+        assert ops.aggregate(x_src[:, :0].to(device), random_graph(40, 40, 90, 1).to(device),
+                             reduce).shape == (40, 0)
+        empty = torch.empty(2, 0, dtype=torch.long, device=device)
+        none = torch.zeros(0, 5, device=device, requires_grad=True)
+        got = ops.aggregate((none, None), empty, reduce, size=(0, 6))
+        assert got.shape == (6, 5) and not got.detach().any()
+        got.sum().backward()
+        assert none.grad.shape == (0, 5)
+        with pytest.raises(ValueError, match="no edge weights"):
+            ops.aggregate(x_src.to(device), random_graph(40, 40, 90, 1).to(device), reduce,
+                          edge_weight=torch.ones(3, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_strided_features_and_expanded_gradients(dtype, device):
+    """x as a row-strided view (misaligned too) or with a column stride,
+    and out.sum().backward() (an expanded grad_out)."""
+    check_native(device)
+    edge_index = random_graph(70, 70, 500, seed=seed_of("minmax-strided"), hub_degree=400)
+    gen = torch.Generator().manual_seed(seed_of("minmax-strided-x"))
+    base = features(70, 40, "ties", dtype, gen).to(device)
+    ei = edge_index.to(device)
+    for reduce in REDUCES:
+        for view in (base[:, :17], base[:, 1:18], base[:, ::2], base[:, :36].t().contiguous().t()):
+            xx = view.detach().requires_grad_()
+            out = ops.aggregate(xx, ei, reduce)
+            out.sum().backward()
+            ones = torch.ones(70, view.size(1), dtype=torch.float64)
+            ref_out, ref_grad, bound = pyg_reference(edge_index, view.double(), 70, reduce, ones)
+            assert_same_values(out, ref_out, dtype)
+            assert_grad_close(xx.grad, ref_grad, bound, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_expanded_features(device):
+    """x broadcast over the nodes (row stride 0, e.g. emb.expand(N, C)): a
+    valid tensor like any other, forward and backward."""
+    check_native(device)
+    edge_index = random_graph(60, 60, 400, seed=seed_of("minmax-expanded"), hub_degree=300)
+    row = torch.tensor([[1.0, -2.0, 0.0, 3.0, -0.0]], device=device)
+    for reduce in REDUCES:
+        xx = row.clone().requires_grad_()
+        x = xx.expand(60, 5)
+        out = ops.aggregate(x, edge_index.to(device), reduce)
+        grad = torch.randn(60, 5, generator=torch.Generator().manual_seed(5))
+        out.backward(grad.to(device))
+        xr = row.double().cpu().requires_grad_()
+        ref = scatter(xr.expand(60, 5)[edge_index[0]], edge_index[1], 0, dim_size=60,
+                      reduce=reduce)
+        ref.backward(grad.double())
+        assert_same_values(out, ref.detach(), torch.float32)
+        torch.testing.assert_close(xx.grad.double().cpu(), xr.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_raw_backward_takes_views(device):
+    """The raw backward op with out column-major, arg a contiguous view at
+    an offset of one row (not 16-byte aligned for width 3) and an expanded
+    grad_out: the same gradient as with fresh contiguous tensors."""
+    check_native(device)
+    edge_index, num_src, num_dst = property_case("hub-square", seed_of("minmax-views"))
+    graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_dst))
+    gen = torch.Generator().manual_seed(seed_of("minmax-views-x"))
+    x = features(num_src, 3, "ties", torch.float32, gen).to(device)
+    for reduce in REDUCES:
+        out, arg = forward_op(graph.rowptr, graph.col, x, reduce)
+        grad = torch.full((num_dst, 3), 0.5, device=device)
+        want = backward_op(graph.rowptr, graph.col, None, None, x, out, arg, grad, reduce)
+        out_t = out.t().contiguous().t()
+        arg_offset = torch.cat([torch.zeros(1, 3, dtype=torch.int32, device=device), arg])[1:]
+        assert arg_offset.is_contiguous() and torch.equal(arg_offset, arg)
+        grad_expanded = torch.tensor([[0.5]], device=device).expand(num_dst, 3)
+        for o, a, g in ((out_t, arg, grad), (out, arg_offset, grad), (out, arg, grad_expanded)):
+            got = backward_op(graph.rowptr, graph.col, None, None, x, o, a, g, reduce)
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------- hubs
+HUB_SCALES = {  # (light rows, big hub, hubs, boundary rows)
+    "cpu": (1000, 1200, 600, (256, 257, 300)),
+    "cuda": (2000, 42000, 3000, (255, 256, 257, 512, 513)),
+}
+R_BLOCK, K_BLOCK, Z_BLOCK = 500, 64, 64
+
+
+@functools.lru_cache(maxsize=None)
+def hub_case(scale):
+    """(edge_index in CSR order, num_src, num_rows, base features for max
+    [num_src, 130] float64, dict name -> row): light rows of degree 0..6
+    among hubs (rows above the chunk size, here far above it) built so that:
+
+      big:      ties spread over every chunk (integers in [-3, 3], -0.0 too)
+      constant: every source has the same value (the tie spans all chunks)
+      last:     the only winner is the last entry (in the last chunk)
+      split:    two winners, the first and the last entry
+      zero:     the result is 0 (+0.0 and -0.0 sources, the fill counted)
+      nan:      a NaN source in the middle chunk (feature 0 only)
+      d<n>:     rows of n entries around the chunk size
+
+    For min, the features are negated (-0.0 <-> +0.0, NaN stays NaN)."""
+    light, big, hub, boundaries = HUB_SCALES[scale]
+    gen = torch.Generator().manual_seed(seed_of("minmax-hubs", scale))
+    r0, k0, z0 = 0, R_BLOCK, R_BLOCK + K_BLOCK
+    w, w1, w2, nan_node = z0 + Z_BLOCK, z0 + Z_BLOCK + 1, z0 + Z_BLOCK + 2, z0 + Z_BLOCK + 3
+    num_src = nan_node + 1
+    width = 130
+    x = torch.randint(-3, 4, (num_src, width), generator=gen).double()
+    x[(x == 0) & (torch.rand(num_src, width, generator=gen, dtype=torch.float64) < 0.5)] = -0.0
+    x[k0:z0] = 2.0
+    zero_block = torch.tensor([0.0, -0.0, -1.0, -2.0], dtype=torch.float64)
+    x[z0:w] = zero_block[torch.randint(0, 4, (Z_BLOCK, width), generator=gen)]
+    x[z0, :] = 0.0  # every feature has a zero source in the zero hub
+    x[w] = x[w1] = x[w2] = 10.0
+    x[nan_node] = 0.0
+    x[nan_node, 0] = math.nan
+
+    def randoms(n, low, high):
+        return torch.randint(low, high, (n,), generator=gen)
+
+    hubs = {
+        "big": randoms(big, r0, R_BLOCK),
+        "constant": randoms(hub, k0, z0),
+        "last": torch.cat([randoms(hub - 1, r0, R_BLOCK), torch.tensor([w])]),
+        "split": torch.cat([torch.tensor([w2]), randoms(hub - 2, r0, R_BLOCK),
+                            torch.tensor([w1])]),
+        "zero": torch.cat([randoms(hub // 3, z0, w), torch.tensor([z0]),
+                           randoms(hub - hub // 3 - 1, z0, w)]),
+        "nan": torch.cat([randoms(hub // 2, r0, R_BLOCK), torch.tensor([nan_node]),
+                          randoms(hub - hub // 2 - 1, r0, R_BLOCK)]),
+    }
+    for d in boundaries:
+        hubs[f"d{d}"] = randoms(d, r0, R_BLOCK)
+    light_cols = [randoms(int(d), 0, num_src) for d in randoms(light, 0, 7)]
+    names = list(hubs)
+    num_rows = light + len(names)
+    positions = torch.randperm(num_rows, generator=gen)[: len(names)].tolist()
+    rows_of = dict(zip(names, positions))
+    cols, light_iter = [], iter(light_cols)
+    by_position = {p: n for n, p in rows_of.items()}
+    for r in range(num_rows):
+        cols.append(hubs[by_position[r]] if r in by_position else next(light_iter))
+    col = torch.cat(cols)
+    dst = torch.repeat_interleave(torch.arange(num_rows), torch.tensor([c.numel() for c in cols]))
+    return torch.stack([col, dst]), num_src, num_rows, x, rows_of, (w, w1, w2, nan_node)
+
+
+@functools.lru_cache(maxsize=None)
+def hub_reference(scale, reduce, width):
+    edge_index, num_src, num_rows, x, _, _ = hub_case(scale)
+    x = (x if reduce == "max" else -x)[:, :width].contiguous()
+    gen = torch.Generator().manual_seed(seed_of("minmax-hub-grad", scale, reduce, width))
+    # Multiples of 1/4 in [-2, 2] without 0: exact in every dtype.
+    grad = (torch.randint(1, 9, (num_rows, width), generator=gen).double() / 4
+            * (torch.randint(0, 2, (num_rows, width), generator=gen) * 2 - 1))
+    out, ref_grad, bound = pyg_reference(edge_index, x, num_rows, reduce, grad)
+    return x, grad, out, ref_grad, bound, expected_arg(edge_index, x, out)
+
+
+def check_hub_structure(rowptr, nnz, rows_of, quantile):
+    """hub_degree really selects the hubs for quantile < 1 (and none at 1)."""
+    degree, max_hubs = hub_degree(rowptr, nnz, quantile)
+    hub_rows = [r for n, r in rows_of.items() if not n.startswith("d")]
+    smallest_hub = int(rowptr.diff()[hub_rows].min())
+    if quantile >= 1.0:
+        assert degree is None and max_hubs == 0
+        return
+    assert degree is not None and degree.dtype == torch.int64 and degree.dim() == 0
+    assert max(int(degree), MIN_HUB_DEGREE) < smallest_hub
+    assert max_hubs > 0
+    assert hub_degree(rowptr, nnz, quantile)[0] is degree  # cached beside the structure
+
+
+def run_hub_case(scale, reduce, width, dtype, device, index_dtype, monkeypatch):
+    edge_index, num_src, num_rows, _, rows_of, (w, w1, w2, nan_node) = hub_case(scale)
+    x64, grad64, ref_out, ref_grad, bound, ref_arg = hub_reference(scale, reduce, width)
+    if index_dtype == torch.int64:
+        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+    graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_rows))
+    assert graph.col.dtype == index_dtype
+    assert torch.equal(graph.col.long().cpu(), edge_index[0]), "CSR order is the input order"
+    x, grad = x64.to(device, dtype), grad64.to(device, dtype)
+    assert torch.equal(x.double().cpu().nan_to_num(7.0), x64.nan_to_num(7.0))  # exact inputs
+
+    # The constructed hubs are what they claim to be.
+    r = rows_of
+    assert (ref_arg[r["last"]] == w).all()
+    assert (ref_arg[r["split"]] == ~min(w1, w2)).all()
+    assert (ref_arg[r["constant"]] < 0).all() and (ref_out[r["zero"]] == 0).all()
+    assert ref_out[r["nan"], 0].isnan() and not ref_out[r["nan"], 1:].isnan().any()
+
+    native_calls = []
+    if torch.device(device).type == "cuda":
+        def spy(rowptr, col, x, reduce, degree, max_hubs, out, arg):
+            native_calls.append((degree is not None, max_hubs))
+            return NATIVE_MINMAX(rowptr, col, x, reduce, degree, max_hubs, out, arg)
+        monkeypatch.setattr(_native, "minmax", spy)
+
+    results = {}
+    for quantile in (0.99, 0.5, 0.0, 1.0):
+        check_hub_structure(graph.rowptr, graph.num_edges, rows_of, quantile)
+        out, arg = forward_op(graph.rowptr, graph.col, x, reduce, quantile)
+        assert_same_values(out, ref_out, dtype)
+        assert_arg(arg, ref_arg)
+        plain, empty_arg = forward_op(graph.rowptr, graph.col, x, reduce, quantile, False)
+        assert empty_arg.numel() == 0 and torch.equal(bits(plain), bits(out))
+        results[quantile] = (out, arg)
+    for quantile, (out, arg) in results.items():  # the split does not change a bit
+        assert torch.equal(bits(out), bits(results[1.0][0])), quantile
+        assert torch.equal(arg, results[1.0][1]), quantile
+    if native_calls:
+        assert native_calls[0][0] and native_calls[0][1] > 0  # 0.99: hubs split
+        assert native_calls[-1] == (False, 0)                  # 1.0: no split
+
+    out, arg = results[0.99]
+    t = graph.transpose
+    for rowptr_t, col_t in ((None, None), (t.rowptr, t.col)):
+        gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x, out, arg, grad, reduce)
+        assert_grad_close(gx, ref_grad, bound, dtype)
+    # through aggregate's autograd, with and without splitting
+    for quantile in (0.5, 1.0):
+        xx = x.clone().requires_grad_()
+        got = ops.aggregate((xx, None), graph, reduce, size=(num_src, num_rows),
+                            hub_quantile=quantile)
+        got.backward(grad)
+        assert_same_values(got, ref_out, dtype)
+        assert_grad_close(xx.grad, ref_grad, bound, dtype)
+    # The NaN hub's feature 0 poisons every source of that hub.
+    nan_sources = edge_index[0][edge_index[1] == rows_of["nan"]].unique()
+    assert ref_grad[nan_sources, 0].isnan().all()
+
+
+@pytest.mark.parametrize("index_width", [32, 64])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cpu_hubs(reduce, index_width, monkeypatch):
+    index_dtype = torch.int64 if index_width == 64 else torch.int32
+    for dtype, width in ((torch.float32, 3), (torch.float64, 17), (torch.bfloat16, 64),
+                         (torch.float16, 1)):
+        run_hub_case("cpu", reduce, width, dtype, "cpu", index_dtype, monkeypatch)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("index_width", [32, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_hubs(reduce, dtype, index_width, monkeypatch):
+    """Hubs of 42000 and 3000 entries (and rows around 256): identical
+    results whatever hub_quantile; fp64 is never split but must agree too."""
+    check_native("cuda")
+    index_dtype = torch.int64 if index_width == 64 else torch.int32
+    for width in (1, 3, 64, 130):
+        run_hub_case("cuda", reduce, width, dtype, "cuda", index_dtype, monkeypatch)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_cuda_sanitizer_hub_chunks(dtype, monkeypatch):
+    """The CPU-sized hub graph on the GPU (chunks, merges, backward hub walks)
+    for the compute-sanitizer sample."""
+    check_native("cuda")
+    for reduce in REDUCES:
+        for width in (3, 64):
+            run_hub_case("cpu", reduce, width, dtype, "cuda", torch.int32, monkeypatch)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_cuda_full_hub_list(dtype):
+    """More hubs than hub slots: the rows the list refuses are done whole
+    (the native wrappers called directly with max_hubs = 1 and a threshold
+    of 0, forward and backward)."""
+    check_native("cuda")
+    edge_index, num_src, num_rows, _, _, _ = hub_case("cpu")
+    graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_rows))
+    threshold = torch.zeros((), dtype=torch.int64, device="cuda")
+    for reduce in REDUCES:
+        x64, grad64, ref_out, ref_grad, bound, ref_arg = hub_reference("cpu", reduce, 64)
+        x, grad = x64.to("cuda", dtype), grad64.to("cuda", dtype)
+        for max_hubs in (1, 2, 10**6):
+            out = torch.full((num_rows, 64), math.nan, dtype=dtype, device="cuda")
+            arg = torch.full((num_rows, 64), 12345, dtype=torch.int32, device="cuda")
+            _native.minmax(graph.rowptr, graph.col, x, reduce, threshold, max_hubs, out, arg)
+            assert_same_values(out, ref_out, dtype)
+            assert_arg(arg, ref_arg)
+            grad_x = torch.full_like(x, math.nan)
+            _native.minmax_backward(graph.rowptr, graph.col, None, x, out, arg, grad, reduce,
+                                    threshold, max_hubs, grad_x)
+            assert_grad_close(grad_x, ref_grad, bound, dtype)
+
+
+def test_hub_degree():
+    rowptr = torch.tensor([0, 1, 1, 3, 303, 306, 1306])  # degrees 1 0 2 300 3 1000
+    degree, max_hubs = hub_degree(rowptr, 1306, 0.5)
+    assert int(degree) == 2 and max_hubs == min(3, 1306 // (MIN_HUB_DEGREE + 1))
+    assert hub_degree(rowptr, 1306, 1.0) == (None, 0)
+    degree, max_hubs = hub_degree(rowptr, 1306, 0.0)  # the smallest degree
+    assert int(degree) == 0 and max_hubs == 5
+    assert hub_degree(rowptr[:4], 3, 0.0) == (None, 0)  # no row can exceed 256
+    assert hub_degree(torch.zeros(1, dtype=torch.long), 0, 0.5) == (None, 0)  # no rows
+
+
+# -------------------------------------------------- deterministic backward
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_deterministic_backward(reduce, dtype, monkeypatch):
+    """Under torch.use_deterministic_algorithms(True) graph_minmax's
+    backward takes the CSR^T path: bitwise identical across runs and equal
+    to the atomic path (and PyG) within tolerance."""
+    check_native("cuda")
+    seed = seed_of("minmax-deterministic", reduce, dtype)
+    edge_index = random_graph(3000, 3000, 30000, seed=seed, hub_degree=5000)
+    gen = torch.Generator().manual_seed(seed)
+    transposes = []
+
+    def spy(rowptr, col, transpose, *rest):
+        transposes.append(transpose is not None)
+        return NATIVE_MINMAX_BACKWARD(rowptr, col, transpose, *rest)
+    monkeypatch.setattr(_native, "minmax_backward", spy)
+    for width in (1, 3, 64, 130):
+        x = features(3000, width, "ties", dtype, gen)
+        grad = grad_values(3000, width, dtype, gen)
+        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), 3000, reduce,
+                                                 grad.double())
+        graph = Graph.from_edge_index(edge_index.cuda(), 3000)
+        xx = x.cuda().requires_grad_()
+
+        def gradient():
+            out = graph_minmax(graph, xx, reduce)
+            assert_same_values(out, ref_out, dtype)
+            return torch.autograd.grad(out, xx, grad.cuda())[0]
+
+        atomic = gradient()
+        previous = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(True)
+        try:
+            first, second = gradient(), gradient()
+        finally:
+            torch.use_deterministic_algorithms(previous)
+        assert transposes[-3:] == [False, True, True]
+        assert torch.equal(bits(first), bits(second))
+        for got in (atomic, first):
+            assert_grad_close(got, ref_grad, bound, dtype)
+        assert_grad_close(first, atomic.double().cpu(), bound, dtype)
+
+
+# ------------------------------------------------------------------ inference
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])
+def test_inference_needs_no_arg(dtype, device, monkeypatch):
+    check_native(device)
+    edge_index, num_src, num_dst = property_case("hub-square", seed_of("minmax-inference"))
+    gen = torch.Generator().manual_seed(seed_of("minmax-inference-x"))
+    x = features(num_src, 33, "ties", dtype, gen).to(device)
+    graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_dst))
+    with_arg_flags = []
+    if torch.device(device).type == "cuda":
+        def spy(rowptr, col, x, reduce, degree, max_hubs, out, arg):
+            with_arg_flags.append(arg is not None)
+            return NATIVE_MINMAX(rowptr, col, x, reduce, degree, max_hubs, out, arg)
+        monkeypatch.setattr(_native, "minmax", spy)
+    else:
+        real = mm.minmax_reference
+
+        def spy(rowptr, col, x, reduce, with_arg=True):
+            with_arg_flags.append(with_arg)
+            return real(rowptr, col, x, reduce, with_arg)
+        monkeypatch.setattr(mm, "minmax_reference", spy)
+    for reduce in REDUCES:
+        want = scatter(x.double().cpu()[edge_index[0]], edge_index[1], 0, dim_size=num_dst,
+                       reduce=reduce)
+        out, arg = forward_op(graph.rowptr, graph.col, x, reduce)
+        plain, no_arg = forward_op(graph.rowptr, graph.col, x, reduce, 0.99, False)
+        assert no_arg.dtype == torch.int32 and no_arg.numel() == 0
+        assert torch.equal(bits(plain), bits(out))
+        assert_same_values(plain, want, dtype)
+        xx = x.clone().requires_grad_()
+        with torch.no_grad():
+            got = graph_minmax(graph, xx, reduce)
+            via_aggregate = ops.aggregate(xx, graph, reduce)
+        assert not got.requires_grad and not via_aggregate.requires_grad
+        assert torch.equal(bits(got), bits(out)) and torch.equal(bits(via_aggregate), bits(out))
+        assert torch.equal(bits(graph_minmax(graph, x, reduce)), bits(out))  # no grad needed
+        assert with_arg_flags[-5:] == [True, False, False, False, False]
+
+
+# ------------------------------------------------------------- bad inputs
+def _valid_inputs(device):
+    rowptr = torch.tensor([0, 2, 2, 5], dtype=torch.int32, device=device)
+    col = torch.tensor([0, 3, 1, 1, 2], dtype=torch.int32, device=device)
+    x = torch.randn(4, 6, device=device)
+    out = torch.zeros(3, 6, device=device)
+    arg = torch.zeros(3, 6, dtype=torch.int32, device=device)
+    grad = torch.randn(3, 6, device=device)
+    rowptr_t = torch.tensor([0, 1, 3, 4, 5], dtype=torch.int32, device=device)
+    col_t = torch.tensor([0, 2, 2, 2, 0], dtype=torch.int32, device=device)
+    return rowptr, col, x, out, arg, grad, rowptr_t, col_t
+
+
+def _forward_cases(device):
+    """(what, args) of neighbor_minmax calls that must raise, and the type."""
+    rowptr, col, x, _, _, _, _, _ = _valid_inputs(device)
+    wide = torch.zeros(8, dtype=torch.int32, device=device)
+    return [
+        ("reduce sum", (rowptr, col, x, "sum"), ValueError),
+        ("reduce MAX", (rowptr, col, x, "MAX"), ValueError),
+        ("quantile < 0", (rowptr, col, x, "max", -0.01), ValueError),
+        ("quantile > 1", (rowptr, col, x, "min", 1.5), ValueError),
+        ("quantile nan", (rowptr, col, x, "min", math.nan), ValueError),
+        ("int16 indices", (rowptr.short(), col.short(), x, "max"), TypeError),
+        ("mixed index dtypes", (rowptr, col.long(), x, "max"), TypeError),
+        ("float rowptr", (rowptr.float(), col.float(), x, "max"), TypeError),
+        ("non-contiguous rowptr", (wide.view(4, 2)[:, 0], col, x, "max"), ValueError),
+        ("non-contiguous col", (rowptr, torch.zeros(10, dtype=torch.int32,
+                                                    device=device)[::2], x, "max"), ValueError),
+        ("2-D rowptr", (rowptr.view(2, 2), col, x, "max"), ValueError),
+        ("empty rowptr", (rowptr[:0], col[:0], x, "max"), ValueError),
+        ("x 1-D", (rowptr, col, x[:, 0], "max"), ValueError),
+        ("x 3-D", (rowptr, col, x.view(4, 2, 3), "max"), ValueError),
+        ("x int", (rowptr, col, x.int(), "max"), TypeError),
+        ("x on meta", (rowptr, col, x.to("meta"), "max"), ValueError),
+        ("col out of range", (rowptr, torch.tensor([0, 3, 1, 4, 2], dtype=torch.int32,
+                                                   device=device), x, "max"), ValueError),
+        ("col negative", (rowptr, torch.tensor([0, 3, -1, 1, 2], dtype=torch.int32,
+                                               device=device), x, "max"), ValueError),
+        ("rowptr decreasing", (torch.tensor([0, 3, 2, 5], dtype=torch.int32, device=device),
+                               col, x, "max"), ValueError),
+        ("rowptr not from 0", (torch.tensor([1, 2, 2, 5], dtype=torch.int32, device=device),
+                               col, x, "max"), ValueError),
+        ("rowptr not to nnz", (torch.tensor([0, 2, 2, 4], dtype=torch.int32, device=device),
+                               col, x, "max"), ValueError),
+    ] + ([("x on cpu", (rowptr, col, x.cpu(), "max"), ValueError)]
+         if torch.device(device).type == "cuda" else [])
+
+
+def _backward_cases(device):
+    rowptr, col, x, out, arg, grad, rowptr_t, col_t = _valid_inputs(device)
+    ok = dict(rowptr=rowptr, col=col, rowptr_t=None, col_t=None, x=x, out=out, arg=arg,
+              grad_out=grad, reduce="max")
+
+    def case(what, exc, **changes):
+        args = dict(ok, **changes)
+        return what, tuple(args.values()), exc
+
+    i32 = dict(dtype=torch.int32, device=device)
+    return [
+        case("reduce", ValueError, reduce="mean"),
+        case("out rows", ValueError, out=torch.zeros(4, 6, device=device)),
+        case("out width", ValueError, out=torch.zeros(3, 5, device=device)),
+        case("out dtype", TypeError, out=out.double()),
+        case("out 1-D", ValueError, out=out.flatten()),
+        case("arg dtype", TypeError, arg=arg.long()),
+        case("arg shape", ValueError, arg=arg[:, :5]),
+        case("arg of with_arg=False", ValueError, arg=torch.zeros(0, **i32)),
+        case("grad_out shape", ValueError, grad_out=grad[:2]),
+        case("grad_out dtype", TypeError, grad_out=grad.half()),
+        case("only rowptr_t", ValueError, rowptr_t=rowptr_t),
+        case("only col_t", ValueError, col_t=col_t),
+        case("rowptr_t length", ValueError, rowptr_t=rowptr_t[:4], col_t=col_t),
+        case("col_t length", ValueError, rowptr_t=torch.tensor([0, 1, 3, 4, 4], **i32),
+             col_t=col_t[:4]),
+        case("rowptr_t dtype", ValueError, rowptr_t=rowptr_t.long(), col_t=col_t.long()),
+        case("col_t out of range", ValueError, rowptr_t=rowptr_t,
+             col_t=torch.tensor([0, 2, 3, 2, 0], **i32)),
+        case("rowptr_t decreasing", ValueError, rowptr_t=torch.tensor([0, 3, 1, 4, 5], **i32),
+             col_t=col_t),
+        case("col out of range", ValueError, col=torch.tensor([0, 4, 1, 1, 2], **i32)),
+        case("rowptr decreasing", ValueError, rowptr=torch.tensor([0, 3, 2, 5], **i32)),
+        case("x 3-D", ValueError, x=x.view(4, 2, 3)),
+        case("x on meta", ValueError, x=x.to("meta")),
+        case("out on meta", ValueError, out=out.to("meta")),
+        case("int16 indices", TypeError, rowptr=rowptr.short(), col=col.short()),
+        case("non-contiguous rowptr", ValueError,
+             rowptr=torch.zeros(8, **i32).view(4, 2)[:, 0]),
+    ]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs_raise_before_any_kernel(device, monkeypatch):
+    check_native(device)
+
+    def no_kernel(*args, **kwargs):
+        raise AssertionError("a kernel was reached")
+    monkeypatch.setattr(mm, "_minmax_kernel", no_kernel)
+    monkeypatch.setattr(mm, "_minmax_backward_kernel", no_kernel)
+    monkeypatch.setattr(_native, "minmax", no_kernel)
+    monkeypatch.setattr(_native, "minmax_backward", no_kernel)
+    for what, args, exc in _forward_cases(device):
+        with pytest.raises(exc, match="neighbor_minmax"):
+            forward_op(*args)
+    for what, args, exc in _backward_cases(device):
+        with pytest.raises(exc, match="neighbor_minmax"):
+            backward_op(*args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_valid_inputs_of_the_bad_input_cases_run(device):
+    """The cases above differ from a valid call in one thing only."""
+    check_native(device)
+    rowptr, col, x, out, arg, grad, rowptr_t, col_t = _valid_inputs(device)
+    out, arg = forward_op(rowptr, col, x, "max")
+    want = scatter(x.double().cpu()[col.long().cpu()], torch.tensor([0, 0, 2, 2, 2]), 0,
+                   dim_size=3, reduce="max")
+    assert_same_values(out, want, torch.float32)
+    for rt, ct in ((None, None), (rowptr_t, col_t)):
+        assert backward_op(rowptr, col, rt, ct, x, out, arg, grad, "max").shape == x.shape
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64],
+                         ids=["fp32", "bf16", "fp64"])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_sanitizer_garbage_arg_never_reads_out_of_bounds(deterministic, dtype, device):
+    """An arg that is not the forward's (random int32, ARG_EMPTY, -1,
+    INT32_MAX, num_src, ~num_src...) and an out of random values give a
+    wrong gradient but never an illegal memory access (on CUDA: the
+    synchronize after each call raises on one)."""
+    check_native(device)
+    cuda = torch.device(device).type == "cuda"
+    edge_index, num_src, num_rows, _, _, _ = hub_case("cpu")
+    graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_rows))
+    t = graph.transpose
+    rowptr_t, col_t = (t.rowptr, t.col) if deterministic else (None, None)
+    gen = torch.Generator().manual_seed(seed_of("minmax-garbage", deterministic, dtype))
+    for width in ((1, 3, 64) if cuda else (3,)):
+        x = features(num_src, width, "ties", dtype, gen).to(device)
+        grad = grad_values(num_rows, width, dtype, gen).to(device)
+        out, _ = forward_op(graph.rowptr, graph.col, x, "max")
+        extremes = torch.tensor([ARG_EMPTY, -1, 2**31 - 1, num_src, ~num_src, num_src - 1,
+                                 ~(num_src - 1), 0, ~(2**31 - 1)], dtype=torch.int64)
+        garbage = torch.randint(-2**31, 2**31, (num_rows, width), generator=gen)
+        pick = torch.rand(num_rows, width, generator=gen) < 0.5
+        garbage[pick] = extremes[torch.randint(0, len(extremes), (int(pick.sum()),),
+                                               generator=gen)]
+        garbage = garbage.to(device, torch.int32)
+        noise = features(num_rows, width, "special", dtype, gen).to(device)
+        for reduce in REDUCES:
+            for o in (out, noise):
+                gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x, o, garbage, grad,
+                                 reduce)
+                if cuda:
+                    torch.cuda.synchronize()
+                assert gx.shape == x.shape and gx.dtype == dtype
+    # The device is still healthy.
+    assert torch.ones(3, device=device).sum().item() == 3.0
+
+
+# ---------------------------------------------------- torch.compile, opcheck
+def _compile_case(device):
+    edge_index = random_graph(50, 50, 400, seed=seed_of("minmax-compile"), hub_degree=300)
+    gen = torch.Generator().manual_seed(seed_of("minmax-compile-x"))
+    x = features(50, 9, "ties", torch.float32, gen).to(device)
+    grad = grad_values(50, 9, torch.float32, gen).to(device)
+    return edge_index.to(device), x, grad
+
+
+def _eager_and_compiled(fn, adj, x, grad, backend):
+    results = []
+    for f in (fn, torch.compile(fn, backend=backend)):
+        xx = x.clone().requires_grad_()
+        out = f(xx, adj)
+        (gx,) = torch.autograd.grad(out, xx, grad)
+        results.append((out.detach(), gx))
+    return results
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_compile_cpu(backend):
+    edge_index, x, grad = _compile_case("cpu")
+
+    def fn(x, edge_index):
+        return ops.aggregate(x, edge_index, "max")
+
+    (out, gx), (c_out, c_gx) = _eager_and_compiled(fn, edge_index, x, grad, backend)
+    assert torch.equal(bits(out), bits(c_out)) and torch.equal(bits(gx), bits(c_gx))
+    ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), 50, "max", grad.double())
+    assert_same_values(c_out, ref_out, torch.float32)
+    assert_grad_close(c_gx, ref_grad, bound, torch.float32)
+
+
+def test_compile_cpu_fullgraph_with_a_graph():
+    """With a Graph passed in, min and max trace without a graph break."""
+    edge_index, x, grad = _compile_case("cpu")
+    graph = Graph.from_input(edge_index, 50)
+
+    def fn(x, graph):
+        return ops.aggregate(x, graph, "min") * 2 + ops.aggregate(x, graph, "max")
+
+    explanation = torch._dynamo.explain(fn)(x, graph)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    fullgraph = functools.partial(torch.compile, fullgraph=True)
+    results = []
+    for f in (fn, fullgraph(fn, backend="aot_eager")):
+        xx = x.clone().requires_grad_()
+        out = f(xx, graph)
+        results.append((out.detach(), torch.autograd.grad(out, xx, grad)[0]))
+    (out, gx), (c_out, c_gx) = results
+    assert torch.equal(bits(out), bits(c_out)) and torch.equal(bits(gx), bits(c_gx))
+
+
+@pytest.mark.cuda
+def test_compile_cuda_inductor():
+    check_native("cuda")
+    edge_index, x, grad = _compile_case("cuda")
+
+    def fn(x, edge_index):
+        return ops.aggregate(x, edge_index, "max").relu() * 3
+
+    (out, gx), (c_out, c_gx) = _eager_and_compiled(fn, edge_index, x, grad, "inductor")
+    assert torch.equal(bits(out), bits(c_out))
+    m = scatter(x.double().cpu()[edge_index[0].cpu()], edge_index[1].cpu(), 0, dim_size=50,
+                reduce="max")
+    assert_same_values(c_out, m.relu() * 3, torch.float32)
+    # d(3 relu(m)) / dm = 3 where m > 0, then through the max
+    grad_m = grad.double().cpu() * torch.where(m > 0, 3.0, 0.0)
+    _, ref_grad, bound = pyg_reference(edge_index, x.double(), 50, "max", grad_m)
+    for g in (gx, c_gx):
+        assert_grad_close(g, ref_grad, bound, torch.float32)
+
+
+def _opcheck_args(device):
+    edge_index = random_graph(20, 14, 90, seed=seed_of("minmax-opcheck"))
+    graph = Graph.from_edge_index(edge_index.to(device), (20, 14))
+    gen = torch.Generator().manual_seed(seed_of("minmax-opcheck-x"))
+    x = features(20, 6, "ties", torch.float32, gen).to(device)
+    grad = grad_values(14, 6, torch.float32, gen).to(device)
+    return graph, x, grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    check_native(device)
+    graph, x, grad = _opcheck_args(device)
+    t = graph.transpose
+    torch.library.opcheck(forward_op.default, (graph.rowptr, graph.col, x, "min"))
+    torch.library.opcheck(forward_op.default, (graph.rowptr, graph.col, x, "max", 0.0, False))
+    out, arg = forward_op(graph.rowptr, graph.col, x, "max")
+    torch.library.opcheck(backward_op.default, (graph.rowptr, graph.col, None, None, x, out,
+                                                arg, grad, "max"))
+    torch.library.opcheck(backward_op.default, (graph.rowptr, graph.col, t.rowptr, t.col, x,
+                                                out, arg, grad, "max"))
