@@ -1,5 +1,8 @@
 """PyG-compatible layers: swap ``torch_geometric.nn`` for ``pyg_ioaware.nn``."""
+from .aggregation import MaxAggregation, MeanAggregation, MinAggregation, SumAggregation
 from .fused_message_passing import FusedMessagePassing
 from .gcn_conv import GCNConv
+from .sage_conv import SAGEConv
 
-__all__ = ["FusedMessagePassing", "GCNConv"]
+__all__ = ["FusedMessagePassing", "GCNConv", "SAGEConv", "SumAggregation", "MeanAggregation",
+           "MinAggregation", "MaxAggregation"]

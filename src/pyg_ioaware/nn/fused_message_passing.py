@@ -17,14 +17,16 @@ TorchScript) finds it. Its ``forward`` has two paths:
 :meth:`FusedMessagePassing.pyg_path_reason` decides, per call: PyG's path
 runs where something needs PyG's per-edge messages (explain masks,
 propagate-level hooks, ``decomposed_layers > 1``, a subclass overriding
-``message`` and friends, TorchScript); otherwise the fused one does.
+``message`` and friends, TorchScript) or where the layer's ``aggr`` has no
+fused kernel (layers that opt in with ``pyg_path_for_other_aggrs``);
+otherwise the fused one does.
 
 A layer uses it like this (GCNConv is the worked example)::
 
     class SAGEConv(FusedMessagePassing):
         def __init__(self, in_channels, out_channels, aggr="mean", ..., **kwargs):
             super().__init__(aggr=aggr, fused_aggrs=("mean", "sum", "add", "max", "min"),
-                             **kwargs)
+                             pyg_path_for_other_aggrs=True, **kwargs)
             ...  # PyG's __init__, unchanged
 
         def forward(self, x, edge_index, size=None):
@@ -87,10 +89,16 @@ class FusedMessagePassing(MessagePassing):
     docstring for how a layer is written on it).
 
     Args:
-        aggr (str, optional): PyG's aggregation; it must be one of
-            ``fused_aggrs`` (a ValueError otherwise). (default: :obj:`"add"`)
+        aggr (str, list or Aggregation, optional): PyG's aggregation; one of
+            ``fused_aggrs``, or (with ``pyg_path_for_other_aggrs``) anything
+            PyG takes. (default: :obj:`"add"`)
         fused_aggrs (sequence of str, optional): The aggregations the
             layer's fused path implements. (default: :obj:`("add", "sum")`)
+        pyg_path_for_other_aggrs (bool, optional): If :obj:`True`, an
+            ``aggr`` outside ``fused_aggrs`` (``"lstm"``, a list, an
+            :class:`~torch_geometric.nn.aggr.Aggregation`, ...) is accepted
+            and every call takes PyG's path (:meth:`pyg_path_reason` says
+            so); else it is a ValueError. (default: :obj:`False`)
         **kwargs: The other :class:`MessagePassing` arguments (``flow``,
             ``node_dim``, ``decomposed_layers``, ``aggr_kwargs``), passed on.
     """
@@ -107,11 +115,15 @@ class FusedMessagePassing(MessagePassing):
                 name for name in PER_EDGE_METHODS if name in cls.__dict__)
 
     def __init__(self, aggr: Any = "add", *, fused_aggrs: Sequence[str] = ("add", "sum"),
-                 **kwargs: Any):
-        if not isinstance(aggr, str) or aggr not in fused_aggrs:
+                 pyg_path_for_other_aggrs: bool = False, **kwargs: Any):
+        fused = isinstance(aggr, str) and aggr in fused_aggrs
+        if not fused and not pyg_path_for_other_aggrs:
             raise ValueError(f"'{self.__class__.__name__}' supports aggr in "
                              f"{tuple(fused_aggrs)}, got {aggr!r}")
         super().__init__(aggr=aggr, **kwargs)
+        # Why every call takes PyG's path (None: the aggregation is fused).
+        self._aggr_reason: Optional[str] = (
+            None if fused else f"aggr={self.aggr!r} has no fused kernel")
 
     # ------------------------------------------------------------ the choice
     @torch.jit.unused
@@ -119,6 +131,8 @@ class FusedMessagePassing(MessagePassing):
         """Why this call must take PyG's per-edge path, or None where the
         fused path gives the same result. Inputs are judged separately by
         each layer (a sparse feature matrix, say)."""
+        if self._aggr_reason is not None:
+            return self._aggr_reason
         if self.explain:
             return "explain masks (explain=True)"
         if self.decomposed_layers > 1:

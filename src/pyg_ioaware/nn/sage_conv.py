@@ -1,0 +1,330 @@
+"""SAGEConv: PyG's GraphSAGE operator, its sum / mean aggregation on the
+SpMM family's kernels and its min / max aggregation on the reduction
+family's."""
+from typing import Any, List, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric import EdgeIndex
+from torch_geometric.nn.aggr import Aggregation, MultiAggregation
+from torch_geometric.nn.dense.linear import Linear
+from torch_geometric.typing import Adj, OptPairTensor, Size, SparseTensor
+from torch_geometric.utils import is_sparse, is_torch_sparse_tensor, spmm
+
+from ..graph import Graph, NumNodes
+from ..ops.aggregate import aggregate, aggregate_unweighted
+from ..ops.minmax import DEFAULT_HUB_QUANTILE
+from .fused_message_passing import FusedMessagePassing
+
+# No __all__ here: PyG's generated propagate module star-imports this one
+# for the type names above (Tensor, OptPairTensor, ...).
+
+#: The aggregations with a fused kernel; every other one takes PyG's path.
+SAGE_FUSED_AGGRS = ("mean", "sum", "add", "min", "max")
+
+
+class SAGEConv(FusedMessagePassing):
+    r"""The GraphSAGE operator from the `"Inductive Representation Learning on
+    Large Graphs" <https://arxiv.org/abs/1706.02216>`_ paper, a drop-in
+    replacement for :class:`torch_geometric.nn.SAGEConv` (same arguments,
+    parameters, ``state_dict`` keys and outputs; a :class:`MessagePassing`
+    subclass):
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i + \mathbf{W}_2 \cdot
+        \mathrm{aggr}_{j \in \mathcal{N}(i)} \mathbf{x}_j
+
+    with :math:`\mathrm{aggr}` the mean (default), sum, min or max over the
+    incoming edges (0 for a node with none). If :obj:`project = True`,
+    :math:`\mathbf{x}_j` is first projected via
+
+    .. math::
+        \mathbf{x}_j \leftarrow \sigma ( \mathbf{W}_3 \mathbf{x}_j +
+        \mathbf{b})
+
+    as in Eq. (3) of the paper (:math:`\sigma` = ReLU).
+
+    **What is fused.** For ``aggr`` in ``"mean"``, ``"sum"`` / ``"add"``,
+    ``"min"`` and ``"max"`` the aggregation is one kernel over the input's
+    cached :class:`pyg_ioaware.Graph`: mean and sum one SpMM (backward one
+    SpMM over the CSR^T), min and max the reduction family's degree-aware
+    kernel (backward scatters through a saved int32 arg-index, PyG's tie
+    rule: a gradient is split evenly among the tied entries). No per-edge
+    feature tensor is ever built. Every edge weighs 1 (a SparseTensor's
+    values are ignored, as in PyG), except that a ``torch.sparse``
+    adjacency's values weigh sum and mean, as PyG's ``spmm`` does. The
+    linear maps, ReLU and ``F.normalize`` are plain torch.
+
+    **What takes PyG's path** (PyG's own ``forward`` and
+    :meth:`MessagePassing.propagate`): every other ``aggr`` (``"lstm"``,
+    ``"std"``, ``"softmax"``, lists / :class:`MultiAggregation`,
+    :class:`Aggregation` instances), explain masks, propagate or message
+    hooks, ``decomposed_layers > 1``, a subclass overriding ``message``,
+    sparse node features, min / max over a ``torch.sparse`` adjacency (PyG
+    multiplies each message by its sparse value there), a ``torch.sparse``
+    layout other than COO / CSR, and TorchScript.
+
+    Args:
+        in_channels (int or tuple): Size of each input sample, or :obj:`-1` to
+            derive the size from the first input(s) to the forward method.
+            A tuple corresponds to the sizes of source and target
+            dimensionalities.
+        out_channels (int): Size of each output sample.
+        aggr (str or list or Aggregation, optional): The aggregation scheme
+            to use: any aggregation of :obj:`torch_geometric.nn.aggr`.
+            (default: :obj:`"mean"`)
+        normalize (bool, optional): If set to :obj:`True`, output features
+            will be :math:`\ell_2`-normalized, *i.e.*,
+            :math:`\frac{\mathbf{x}^{\prime}_i}
+            {\| \mathbf{x}^{\prime}_i \|_2}`. (default: :obj:`False`)
+        root_weight (bool, optional): If set to :obj:`False`, the layer will
+            not add transformed root node features to the output.
+            (default: :obj:`True`)
+        project (bool, optional): If set to :obj:`True`, the layer will apply a
+            linear transformation followed by an activation function before
+            aggregation (Eq. (3) of the paper). (default: :obj:`False`)
+        bias (bool, optional): If set to :obj:`False`, the layer will not learn
+            an additive bias. (default: :obj:`True`)
+        **kwargs (optional): :class:`MessagePassing` arguments: ``flow``
+            (both directions), ``node_dim``, ``decomposed_layers``,
+            ``aggr_kwargs``.
+
+    The attribute ``hub_quantile`` (default 0.99) is passed to min / max:
+    destinations whose in-degree is above this quantile are split over all
+    SMs on CUDA.
+
+    Shapes:
+        - **inputs:**
+          node features :math:`(|\mathcal{V}|, F_{in})` or
+          :math:`((|\mathcal{V_s}|, F_{s}), (|\mathcal{V_t}|, F_{t}))`
+          if bipartite (:math:`\mathcal{V_t}` features may be :obj:`None`
+          with ``size`` given), or :math:`(B, |\mathcal{V}|, F_{in})` for
+          a static graph; edges as edge_index :math:`(2, |\mathcal{E}|)`,
+          EdgeIndex, torch.sparse or SparseTensor adjacency (``adj_t``), or
+          a :class:`pyg_ioaware.Graph`
+        - **outputs:** node features :math:`(|\mathcal{V}|, F_{out})` or
+          :math:`(|\mathcal{V_t}|, F_{out})` if bipartite
+    """
+    hub_quantile = DEFAULT_HUB_QUANTILE
+
+    def __init__(
+        self,
+        in_channels: Union[int, Tuple[int, int]],
+        out_channels: int,
+        aggr: Optional[Union[str, List[str], Aggregation]] = "mean",
+        normalize: bool = False,
+        root_weight: bool = True,
+        project: bool = False,
+        bias: bool = True,
+        **kwargs: Any,
+    ):
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.normalize = normalize
+        self.root_weight = root_weight
+        self.project = project
+
+        if isinstance(in_channels, int):
+            in_channels = (in_channels, in_channels)
+
+        if aggr == "lstm":
+            kwargs.setdefault("aggr_kwargs", {})
+            kwargs["aggr_kwargs"].setdefault("in_channels", in_channels[0])
+            kwargs["aggr_kwargs"].setdefault("out_channels", in_channels[0])
+
+        super().__init__(aggr, fused_aggrs=SAGE_FUSED_AGGRS, pyg_path_for_other_aggrs=True,
+                         **kwargs)
+
+        if self.project:
+            if in_channels[0] <= 0:
+                raise ValueError(f"'{self.__class__.__name__}' does not "
+                                 f"support lazy initialization with "
+                                 f"`project=True`")
+            self.lin = Linear(in_channels[0], in_channels[0], bias=True)
+
+        if isinstance(self.aggr_module, MultiAggregation):
+            aggr_out_channels = self.aggr_module.get_out_channels(in_channels[0])
+        else:
+            aggr_out_channels = in_channels[0]
+
+        self.lin_l = Linear(aggr_out_channels, out_channels, bias=bias)
+        if self.root_weight:
+            self.lin_r = Linear(in_channels[1], out_channels, bias=False)
+
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Resets the aggregation module and every linear map."""
+        super().reset_parameters()
+        if self.project:
+            self.lin.reset_parameters()
+        self.lin_l.reset_parameters()
+        if self.root_weight:
+            self.lin_r.reset_parameters()
+
+    def forward(
+        self,
+        x: Union[Tensor, OptPairTensor],
+        edge_index: Adj,
+        size: Size = None,
+    ) -> Tensor:
+        if torch.jit.is_scripting():
+            return self.pyg_forward(x, edge_index, size)
+        reason = self._pyg_path_reason(x, edge_index)
+        if reason is not None:
+            self.check_pyg_path_input(edge_index, reason)
+            return self.pyg_forward(x, edge_index, size)
+        return self.fused_forward(x, edge_index, size)
+
+    def pyg_forward(
+        self,
+        x: Union[Tensor, OptPairTensor],
+        edge_index: Adj,
+        size: Size = None,
+    ) -> Tensor:
+        """PyG's SAGEConv.forward (MessagePassing.propagate)."""
+        if isinstance(x, Tensor):
+            x = (x, x)
+
+        if self.project and hasattr(self, "lin"):
+            x = (self.lin(x[0]).relu(), x[1])
+
+        # propagate_type: (x: OptPairTensor)
+        out = self.propagate(edge_index, x=x, size=size)
+        out = self.lin_l(out)
+
+        x_r = x[1]
+        if self.root_weight and x_r is not None:
+            out = out + self.lin_r(x_r)
+
+        if self.normalize:
+            out = F.normalize(out, p=2., dim=-1)
+
+        return out
+
+    @torch.jit.unused
+    def fused_forward(
+        self,
+        x: Union[Tensor, OptPairTensor],
+        edge_index: Adj,
+        size: Size = None,
+    ) -> Tensor:
+        """One fused aggregation between the linear maps; same result as
+        :meth:`pyg_forward`."""
+        self.check_flow(edge_index)
+        if isinstance(x, Tensor):
+            x = (x, x)
+
+        if self.project and hasattr(self, "lin"):
+            x = (self.lin(x[0]).relu(), x[1])
+
+        out = self.lin_l(self._aggregate(x, edge_index, size))
+
+        x_r = x[1]
+        if self.root_weight and x_r is not None:
+            out = out + self.lin_r(x_r)
+
+        if self.normalize:
+            out = F.normalize(out, p=2., dim=-1)
+
+        return out
+
+    def message(self, x_j: Tensor) -> Tensor:
+        return x_j
+
+    def message_and_aggregate(self, adj_t: Adj, x: OptPairTensor) -> Tensor:
+        if isinstance(adj_t, SparseTensor):
+            adj_t = adj_t.set_value(None, layout=None)
+        return spmm(adj_t, x[0], reduce=self.aggr)
+
+    def __repr__(self) -> str:
+        return (f"{self.__class__.__name__}({self.in_channels}, "
+                f"{self.out_channels}, aggr={self.aggr})")
+
+    # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _pyg_path_reason(self, x: Any, edge_index: Any) -> Optional[str]:
+        """pyg_path_reason plus what this call's inputs need (checked first)."""
+        if isinstance(x, (tuple, list)):
+            if len(x) != 2:
+                raise ValueError(f"'{self.__class__.__name__}' expected node features as a "
+                                 f"tensor or a (x_src, x_dst) pair, got a {type(x).__name__} "
+                                 f"of {len(x)}")
+            pair = tuple(x)
+        elif isinstance(x, (Tensor, SparseTensor)):
+            pair = (x, None)
+        else:
+            raise TypeError(f"'{self.__class__.__name__}' expected node features as a tensor "
+                            f"or a (x_src, x_dst) pair, got {type(x).__name__}")
+        reason = self.pyg_path_reason()
+        if reason is not None:
+            return reason
+        if any(t is not None and is_sparse(t) for t in pair):
+            return "sparse node features"
+        if is_torch_sparse_tensor(edge_index):
+            if edge_index.layout not in (torch.sparse_coo, torch.sparse_csr):
+                return f"a {edge_index.layout} adjacency"
+            if self.aggr in ("min", "max"):
+                return (f"aggr={self.aggr!r} over a torch.sparse adjacency (PyG multiplies "
+                        f"each message by its sparse value)")
+        return None
+
+    @torch.jit.unused
+    def _aggregate(self, x: Tuple[Tensor, Optional[Tensor]], edge_index: Any,
+                   size: Size) -> Tensor:
+        """What PyG's ``propagate`` gives here, fused: the messages x_j come
+        from x[0] (in both flows, as PyG's generated ``collect`` reads them),
+        aggregated along ``node_dim``."""
+        x_j = x[0]
+        if x_j is None:
+            raise ValueError(f"'{self.__class__.__name__}' sends messages from x[0], which "
+                             f"is None")
+        node_dim = self.fused_node_dim(x_j)
+        graph = Graph.from_input(edge_index, self._num_nodes(x, edge_index, size))
+        if self.flow == "target_to_source":
+            graph = graph.reversed()
+        src = x_j if node_dim == 0 else x_j.movedim(node_dim, 0)
+        flat = src if src.dim() == 2 else src.reshape(src.size(0), -1)
+        reduce = "sum" if self.aggr == "add" else self.aggr
+        if is_torch_sparse_tensor(edge_index):  # its values weigh sum and mean, as in PyG
+            out = aggregate(flat, graph, reduce, size=(graph.num_src, graph.num_dst))
+        else:
+            out = aggregate_unweighted(graph, flat, reduce, self.hub_quantile)
+        if src.dim() != 2:
+            out = out.view(out.size(0), *src.shape[1:])
+        return out if node_dim == 0 else out.movedim(0, node_dim)
+
+    @torch.jit.unused
+    def _num_nodes(self, x: Tuple[Optional[Tensor], Optional[Tensor]], edge_index: Any,
+                   size: Size) -> NumNodes:
+        """The node counts of edge_index's two rows as PyG's ``propagate``
+        finds them: from the adjacency (EdgeIndex, sparse, Graph; ``size``
+        is then ignored, as in PyG), else ``size``, else the features'
+        rows; a missing count is the other one (a square graph)."""
+        if isinstance(edge_index, Graph):
+            counts = [edge_index.num_src, edge_index.num_dst]
+        elif isinstance(edge_index, EdgeIndex):
+            counts = [edge_index.num_rows, edge_index.num_cols]
+        elif is_sparse(edge_index):
+            counts = [edge_index.size(1), edge_index.size(0)]
+        elif size is None:
+            counts = [None, None]
+        else:
+            if len(size) != 2:
+                raise ValueError(f"'{self.__class__.__name__}' expected size=(num_src, "
+                                 f"num_dst), got {size}")
+            counts = [None if s is None else int(s) for s in size]
+        for k, t in enumerate(x):
+            if t is None:
+                continue
+            rows = t.size(self.node_dim)
+            if counts[k] is None:
+                counts[k] = rows
+            elif counts[k] != rows:
+                raise ValueError(f"'{self.__class__.__name__}': x[{k}] has {rows} nodes in "
+                                 f"dimension {self.node_dim}, but the graph (size or "
+                                 f"adjacency) has {counts[k]}")
+        num_src = counts[0] if counts[0] is not None else counts[1]
+        num_dst = counts[1] if counts[1] is not None else counts[0]
+        return num_src if num_src == num_dst else (num_src, num_dst)
