@@ -269,3 +269,192 @@ def test_cli_minibatch_on_cpu_prints_the_notice_first_and_writes_every_figure(tm
     assert (out / "summary.txt").read_text().startswith("Summary:")
     pytest.importorskip("matplotlib")
     assert (out / "results.png").stat().st_size > 0
+
+
+# ------------------------------------------------------- reduction family
+
+def _has_nn(*names):
+    import pyg_ioaware.nn
+
+    return all(hasattr(pyg_ioaware.nn, name) for name in names)
+
+
+def test_reduction_cases_are_registered():
+    layer = cases.select("reduction")
+    assert [c.key for c in layer] == ["min64", "min512", "max64", "max512", "sage-min512"]
+    for case in layer[:4]:
+        assert list(case.baselines) == ["pyg"] and case.family == "reduction"
+        assert case.bf16_over_fp32 == cases.BF16_OVER_FP32 and case.make_kernels is not None
+    assert cases.CASES["min512"].bar == cases.Bar(fwd=5.0, bwd=40.0, mem=20.0)
+    assert all(cases.CASES[k].bar is None for k in ("min64", "max64", "max512", "sage-min512"))
+    assert list(cases.CASES["sage-min512"].baselines) == ["pyg-sage"]
+    mini = cases.select("reduction", cases.MINIBATCH_CASES)
+    assert [(c.key, c.name) for c in mini] == [("sage-mean", "SAGEConv mean"),
+                                               ("sage-max", "SAGEConv max")]
+
+
+@pytest.mark.parametrize("reduce", ["min", "max"])
+def test_pyg_aggregation_baseline_matches_our_op(reduce):
+    from torch import nn
+
+    from pyg_ioaware.ops import aggregate
+
+    torch.manual_seed(0)
+    edge_index, n = graphs.generate("arxiv-like", SCALE)
+    work = cases.Workload(edge_index, n, "fp32")
+    pyg = cases.CASES[f"{reduce}64"].baselines["pyg"](work, cases.Impl(nn.Identity(), None))
+    x = torch.randn(n, 8, requires_grad=True)
+    torch.testing.assert_close(pyg.step(x), aggregate(x, edge_index, reduce))
+    assert int(torch.bincount(edge_index[1], minlength=n).eq(0).sum()) > 0  # empty rows: 0
+
+
+def test_reduction_bytes_models_and_hub_split():
+    from pyg_ioaware import Graph
+    from pyg_ioaware.bench.cases import reduce
+
+    # fp32, D=64: forward reads a row per edge and writes a row per output (+ int32 arg);
+    # backward reads grad_out and arg per output element and writes grad_x.
+    assert reduce.forward_bytes(100, 10, 64, 4, False) == 110 * 64 * 4
+    assert reduce.forward_bytes(100, 10, 64, 4, True) == 110 * 64 * 4 + 10 * 64 * 4
+    assert reduce.backward_bytes(20, 10, 64, 2) == 10 * 64 * (2 + 4) + 20 * 64 * 2
+
+    # 1000 nodes: node 0 has 600 in-edges, every other node one. The 0.99 quantile of
+    # the degrees is 1, so the hub degree is MIN_HUB_DEGREE (256): one hub row.
+    n = 1000
+    src = torch.cat([torch.arange(1, 601), torch.arange(2, n + 1) % n])
+    dst = torch.cat([torch.zeros(600, dtype=torch.long), torch.arange(1, n)])
+    graph = Graph.from_input(torch.stack([src, dst]), num_nodes=n)
+    split = reduce.hub_split(graph, 0.99)
+    assert split == {"quantile": 0.99, "quantile_degree": 1, "threshold": 256,
+                     "max_degree": 600, "hub_rows": 1, "hub_row_share": 1 / n,
+                     "hub_edges": 600, "hub_edge_share": 600 / 1599, "used": False}
+    ring = Graph.from_input(torch.stack([torch.arange(n), torch.arange(1, n + 1) % n]),
+                            num_nodes=n)
+    split = reduce.hub_split(ring, 0.99)  # degree 1 everywhere: no row above 256
+    assert (split["threshold"], split["hub_rows"], split["hub_edges"]) == (256, 0, 0)
+    small = Graph.from_input(torch.stack([torch.arange(200), torch.arange(1, 201) % 200]),
+                             num_nodes=200)
+    split = reduce.hub_split(small, 0.99)  # too few edges for any hub (256 + 1 each)
+    assert (split["threshold"], split["hub_rows"], split["hub_edges"]) == (None, 0, 0)
+
+
+def test_cli_runs_the_reduction_cases(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert main(["--graphs", "arxiv-like", "--cases", "reduction", "--dtypes", "fp32,bf16",
+                 "--iters", "2", "--warmup", "1", "--scale", str(SCALE), "--device", "cpu",
+                 "--minibatch", "none", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    graph = data["graphs"]["arxiv-like"]
+    n, nnz = graph["num_nodes"], graph["num_edges"]
+
+    rows = data["results"]
+    names = [f"{r} aggregation D={d}" for r in ("min", "max") for d in (64, 512)]
+    expected = [(name, p, impl) for name in names for p in ("fp32", "bf16")
+                for impl in ("ours", "pyg")]
+    expected += [("SAGEConv min D=512", p, impl) for p in ("fp32", "bf16")
+                 for impl in ("ours", "pyg-sage")]
+    assert [(r["case"], r["precision"], r["impl"]) for r in rows] == expected
+    assert all(r["family"] == "reduction" for r in rows)
+    for row in rows:
+        if row["impl"] == "pyg":  # pyg-sage needs our SAGEConv's weights
+            assert row["status"] == "ok" and row["fwd_ms"] > 0 and row["bwd_ms"] > 0
+
+    kernels = data["kernel_bandwidth"]["rows"]
+    assert "min/max fwd" in data["kernel_bandwidth"]["model"]
+    expected = [(name, p, f"{name[:3]} {k}") for name in names for p in ("fp32", "bf16")
+                for k in ("fwd", "fwd + arg", "bwd")]  # CPU: no deterministic CSR^T row
+    assert [(k["case"], k["precision"], k["kernel"]) for k in kernels] == expected
+    for k in kernels:
+        d, size = int(k["case"].split("=")[1]), 4 if k["precision"] == "fp32" else 2
+        model = {"fwd": (nnz + n) * d * size, "fwd + arg": (nnz + n) * d * size + n * d * 4,
+                 "bwd": n * d * (size + 4) + n * d * size}[k["kernel"][4:]]
+        assert k["min_bytes"] == model
+        assert k["status"] == "ok" and k["ms"] > 0 and k["gbs"] > 0
+        split = k["split"]
+        assert split["quantile"] == 0.99 and split["used"] is False
+        assert 0 <= split["hub_rows"] <= n and 0 <= split["hub_edges"] <= nnz
+
+    bars = {c["check"]: c for c in data["bars"]}
+    where = "min aggregation D=512 fp32 vs pyg"
+    assert [bars[f"{where}: {label}"]["bar"] for label in (
+        "forward speedup", "backward speedup", "memory ratio")] == [5.0, 40.0, 20.0]
+    for name in names:
+        for phase in ("fwd", "bwd"):
+            assert bars[f"{name} bf16 vs our fp32: {phase} speedup"]["bar"] == 1.6
+
+    printed = capsys.readouterr().out
+    assert "Light/heavy split of the min/max kernels" in printed
+    assert printed.index("Light/heavy split") > printed.index("Aggregation kernels alone")
+
+    if not _has_nn("MinAggregation", "MaxAggregation", "SAGEConv"):
+        pytest.skip("pyg_ioaware.nn.MinAggregation / MaxAggregation / SAGEConv not there yet: "
+                    "our rows unchecked")
+    for row in rows:
+        assert row["status"] == "ok" and row["fwd_ms"] > 0 and row["bwd_ms"] > 0
+    assert bars["ours runs on every graph (no OOM, no error)"]["status"] == "met"
+    assert {s["graphs"] == ["arxiv-like"] for s in data["summary"]} == {True}
+    assert bars[f"{where}: forward speedup"]["value"] > 0
+    assert bars[f"{where}: backward speedup"]["value"] > 0
+    assert bars[f"{where}: memory ratio"]["status"] == "n/a"  # no memory figures on CPU
+    for name in names:
+        assert bars[f"{name} bf16 vs our fp32: fwd speedup"]["value"] > 0
+
+
+@pytest.mark.parametrize("reduce", ["min", "max"])
+def test_our_aggregation_matches_pyg_in_the_cases(reduce):
+    if not _has_nn("MinAggregation", "MaxAggregation"):
+        pytest.skip("pyg_ioaware.nn.MinAggregation / MaxAggregation not there yet")
+    torch.manual_seed(0)
+    edge_index, n = graphs.generate("arxiv-like", SCALE)
+    work = cases.Workload(edge_index, n, "fp32")
+    case = cases.CASES[f"{reduce}64"]
+    ours = case.make_ours(work)
+    pyg = case.baselines["pyg"](work, ours)
+    x = torch.randn(n, 64, requires_grad=True)
+    out = ours.step(x)
+    (grad,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    x2 = x.detach().requires_grad_()
+    expected = pyg.step(x2)
+    (expected_grad,) = torch.autograd.grad(expected, x2, torch.ones_like(expected))
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def test_sage_cases_copy_weights_and_match_pyg():
+    if not _has_nn("SAGEConv"):
+        pytest.skip("pyg_ioaware.nn.SAGEConv not there yet")
+    torch.manual_seed(0)
+    edge_index, n = graphs.generate("arxiv-like", SCALE)
+    work = cases.Workload(edge_index, n, "fp32")
+    case = cases.CASES["sage-min512"]
+    ours = case.make_ours(work)
+    pyg = case.baselines["pyg-sage"](work, ours)
+    x = torch.randn(n, 512)
+    torch.testing.assert_close(ours.step(x), pyg.step(x), atol=1e-4, rtol=1e-4)
+
+    # Mini-batch layers: our state_dict loads into PyG's and both compute the same.
+    batch = minibatch.generate_batches(minibatch.SIZES["small"], scale=0.02, count=1)[0]
+    for key in ("sage-mean", "sage-max"):
+        mini = cases.MINIBATCH_CASES[key]
+        model = minibatch.TwoLayer(mini.make_ours, 64)
+        reference = minibatch.TwoLayer(mini.make_pyg, 64)
+        reference.load_state_dict(model.state_dict())
+        torch.testing.assert_close(model(batch.x, batch.edge_index),
+                                   reference(batch.x, batch.edge_index), atol=1e-4, rtol=1e-4)
+
+
+def test_cli_runs_the_sage_minibatch_cases(tmp_path):
+    if not _has_nn("SAGEConv"):
+        pytest.skip("pyg_ioaware.nn.SAGEConv not there yet")
+    out = tmp_path / "bench"
+    assert main(["--cases", "none", "--minibatch-cases", "sage-mean,sage-max", "--dtypes",
+                 "fp32", "--iters", "2", "--warmup", "0", "--scale", "0.01",
+                 "--device", "cpu", "--minibatch", "small", "--out", str(out)]) == 0
+    mini = json.loads((out / "results.json").read_text())["minibatch"]
+    assert list(mini["batches"]["small"]["first_call"]) == ["SAGEConv mean", "SAGEConv max"]
+    assert [(r["case"], r["precision"], r["impl"]) for r in mini["results"]] == [
+        (name, "fp32", impl) for name in ("SAGEConv mean", "SAGEConv max")
+        for impl in ("ours", "pyg", "ours-same-graph")]
+    for r in mini["results"]:
+        assert r["status"] == "ok" and r["step_ms"] > 0, r
+    assert all(c["pyg_over_ours"] > 0 for c in mini["comparisons"])

@@ -13,7 +13,7 @@ CPU-sized suite short.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Sequence
 
 import torch
@@ -29,10 +29,12 @@ COPY_BYTES_CPU = 1 << 26
 @dataclass
 class Kernel:
     """One aggregation kernel on prepared inputs: ``run()`` launches it;
-    ``min_bytes``: its useful bytes under its family's model."""
+    ``min_bytes``: its useful bytes under its family's model; ``info``:
+    anything more its family reports with it (added to its result row)."""
     name: str
     run: Callable[[], object]
     min_bytes: int
+    info: Dict[str, object] = field(default_factory=dict)
 
 
 def time_back_to_back(fn: Callable[[], object], device: torch.device) -> float:
@@ -67,7 +69,8 @@ def measure_kernels(kernels: Sequence[Kernel], device: torch.device,
     """One row per kernel: ms, GB/s of useful bytes, share of copy."""
     rows = []
     for kernel in kernels:
-        row: Dict[str, object] = {"kernel": kernel.name, "min_bytes": kernel.min_bytes}
+        row: Dict[str, object] = {"kernel": kernel.name, "min_bytes": kernel.min_bytes,
+                                  **kernel.info}
         try:
             ms = time_back_to_back(kernel.run, device)
             gbs = kernel.min_bytes / (ms * 1e-3) / 1e9

@@ -341,5 +341,27 @@ def format_bandwidth(bandwidth: Dict[str, object]) -> str:
                       f"{r['share_of_copy']:.0%}" if ok else ""])
     title = (f"Aggregation kernels alone (minimal bytes {bandwidth['model']}; "
              f"device copy {bandwidth['copy_gbs']:.0f} GB/s read+write)")
-    return "\n".join([title, _table(["graph", "case", "dtype", "kernel", "ms", "GB/s",
-                                      "of copy"], lines)])
+    text = [title, _table(["graph", "case", "dtype", "kernel", "ms", "GB/s", "of copy"], lines)]
+    split = format_split(bandwidth["rows"])
+    return "\n".join(text + (["", split] if split else []))
+
+
+def format_split(kernel_rows: Sequence[Row]) -> str:
+    """The light/heavy row split of the kernels that report one (key
+    "split" of a kernel row), once per graph; empty if none does."""
+    splits = {}
+    for r in kernel_rows:
+        if r.get("split") is not None:
+            splits.setdefault(r["graph"], r["split"])
+    if not splits:
+        return ""
+    lines = [[graph, f"{s['quantile']:g}", _fmt(s["quantile_degree"], digits=0),
+              "-" if s["threshold"] is None else f"> {s['threshold']}", str(s["max_degree"]),
+              f"{s['hub_rows']:,} ({s['hub_row_share']:.3%})",
+              f"{s['hub_edges']:,} ({s['hub_edge_share']:.1%})", "yes" if s["used"] else "no"]
+             for graph, s in splits.items()]
+    return "\n".join([
+        "Light/heavy split of the min/max kernels (hub rows: chunks over all SMs; light rows: "
+        "a warp each)",
+        _table(["graph", "quantile", "quantile degree", "hub degree", "max degree", "hub rows",
+                "hub edges", "split here"], lines)])

@@ -9,7 +9,7 @@ A :class:`MinibatchCase` names one layer for the mini-batch cases
 (bench.minibatch): builders of our layer and of PyG's, from which the
 2-layer model is made.
 
-Each kernel family lives in its own module (``spmm`` today; ``reduce`` and
+Each kernel family lives in its own module (``spmm``, ``reduce``;
 ``attention`` later) and registers its layer cases and mini-batch cases
 there, with their bars and the bytes model of its aggregation kernels.
 Importing this package imports every family module, so :data:`CASES` and
@@ -170,5 +170,6 @@ def select(spec: str, registry: Optional[Dict[str, C]] = None) -> List[C]:
     return list(chosen.values())
 
 
-# Every family module registers its cases on import.
+# Every family module registers its cases on import (in this order in "all").
 from . import spmm  # noqa: E402,F401
+from . import reduce  # noqa: E402,F401
