@@ -23,7 +23,9 @@ C_SCALARS = {
     "int": ctypes.c_int,
     "int32_t": ctypes.c_int32,
     "int64_t": ctypes.c_int64,
+    "uint64_t": ctypes.c_uint64,
     "size_t": ctypes.c_size_t,
+    "float": ctypes.c_float,
     "char*": ctypes.c_char_p,
     "void*": ctypes.c_void_p,
 }

@@ -67,6 +67,9 @@ size_t pygio_struct_size(int32_t kind) {
     case PYGIO_STRUCT_SPMM_CSR_PARAMS: return sizeof(pygio_spmm_csr_params);
     case PYGIO_STRUCT_MINMAX_PARAMS: return sizeof(pygio_minmax_params);
     case PYGIO_STRUCT_MINMAX_BACKWARD_PARAMS: return sizeof(pygio_minmax_backward_params);
+    case PYGIO_STRUCT_GATV2_PARAMS: return sizeof(pygio_gatv2_params);
+    case PYGIO_STRUCT_GATV2_BACKWARD_PARAMS: return sizeof(pygio_gatv2_backward_params);
+    case PYGIO_STRUCT_GATV2_ALPHA_PARAMS: return sizeof(pygio_gatv2_alpha_params);
     default: return 0;
   }
 }

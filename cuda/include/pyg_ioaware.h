@@ -77,6 +77,9 @@ typedef enum {
   PYGIO_STRUCT_SPMM_CSR_PARAMS = 6,
   PYGIO_STRUCT_MINMAX_PARAMS = 7,
   PYGIO_STRUCT_MINMAX_BACKWARD_PARAMS = 8,
+  PYGIO_STRUCT_GATV2_PARAMS = 9,
+  PYGIO_STRUCT_GATV2_BACKWARD_PARAMS = 10,
+  PYGIO_STRUCT_GATV2_ALPHA_PARAMS = 11,
 } pygio_struct_kind;
 
 /*
@@ -406,6 +409,146 @@ typedef struct {
 } pygio_gcn_norm_params;
 
 PYGIO_API int pygio_gcn_norm(const pygio_gcn_norm_params* params);
+
+/* ---------------------------------------------------- GATv2 attention ---
+ * For every destination i (row of a), head h and entry e = (i, j) of row i:
+ *   z[e,h,c]  = x_l[j,h,c] + x_r[i,h,c] (+ edge[e,h,c])
+ *   s[e,h]    = sum_c att[h,c] * leaky_relu(z[e,h,c], negative_slope)
+ *   lse[i,h]  = log sum_{e in row i} exp(s[e,h])      (-inf for an empty row)
+ *   alpha[e,h] = exp(s[e,h] - lse[i,h])
+ *   out[i,h,:] = sum_{e in row i} keep(e,h) / (1 - p) * alpha[e,h] * x_l[j,h,:]
+ * keep(e,h) = pygio::dropout_keep(seed, e, h, p) (common/dropout.cuh; e the
+ * CSR position), every entry kept where dropout_p = 0. An empty row gives
+ * out = 0. Nothing per entry is written: one pass over each row with an
+ * online softmax, fp32 statistics and accumulators.
+ *
+ * x_l [num_cols, heads, channels] and x_r [num_rows, heads, channels]: head
+ * stride = channels, inner stride 1, node row stride >= heads * channels
+ * (views of a fused projection are fine). edge: [nnz, heads, channels]
+ * contiguous in CSR order, or NULL. att: [heads, channels] fp32
+ * contiguous. out: [num_rows, heads, channels] contiguous; lse: [num_rows,
+ * heads] fp32 contiguous. x_l, x_r, edge and out share dtype (fp32, fp16
+ * or bf16).
+ *
+ * Rows of more than max(*hub_degree, PYGIO_ATTENTION_MIN_HUB_DEGREE)
+ * entries (at most max_hubs of them) are split into chunks over all SMs
+ * and their partial softmax states merged.
+ */
+#define PYGIO_ATTENTION_MIN_HUB_DEGREE 256
+
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_gatv2_params) */
+  int32_t dtype;           /* pygio_dtype of x_l, x_r, edge, out */
+  int32_t device;
+  pygio_csr a;             /* rows = destinations, col = sources */
+  int64_t heads;
+  int64_t channels;
+  const void* x_l;
+  int64_t x_l_row_stride;
+  const void* x_r;
+  int64_t x_r_row_stride;
+  const void* edge;        /* or NULL */
+  const float* att;
+  float negative_slope;
+  float dropout_p;         /* in [0, 1) */
+  uint64_t seed;
+  const int64_t* hub_degree;  /* device scalar, or NULL: no row is split */
+  int64_t max_hubs;        /* hub slots of the workspace (0 with hub_degree NULL) */
+  void* out;
+  float* lse;
+  void* workspace;         /* pygio_gatv2_workspace_size bytes, 16-byte aligned */
+  void* stream;
+} pygio_gatv2_params;
+
+/* *bytes = the workspace pygio_gatv2 needs (sizes only are read). */
+PYGIO_API int pygio_gatv2_workspace_size(const pygio_gatv2_params* params, size_t* bytes);
+
+PYGIO_API int pygio_gatv2(const pygio_gatv2_params* params);
+
+/*
+ * Gradients of pygio_gatv2 given grad_out = dL/d out (out and lse the
+ * forward's, every other input as there):
+ *   G[i,h]      = <grad_out[i,h,:], out[i,h,:]>
+ *   dalpha[e,h] = keep(e,h) / (1 - p) * <grad_out[i,h,:], x_l[j,h,:]>
+ *   ds[e,h]     = alpha[e,h] * (dalpha[e,h] - G[i,h])
+ *   dz[e,h,c]   = ds[e,h] * att[h,c] * leaky_relu'(z[e,h,c])
+ *   grad_x_r[i,h,:] = sum_{e in row i} dz[e,h,:]
+ *   grad_edge[e,h,:] = dz[e,h,:]
+ *   grad_att[h,c]   = sum_e ds[e,h] * leaky_relu(z[e,h,c])
+ *   grad_x_l[j,h,:] = sum_{e = (i, j)} keep(e,h) / (1 - p) * alpha[e,h] * grad_out[i,h,:]
+ *                                      + dz[e,h,:]
+ * The destination-side terms come from a pass over a, the source-side ones
+ * from a pass over a_t (the CSR^T: rows = sources, col = destinations) whose
+ * perm_t maps each CSR^T position to its CSR position (for edge, grad_edge
+ * and the dropout counter); scores are recomputed from lse, nothing per
+ * entry is stored between the passes. Rows of a above *hub_degree and rows
+ * of a_t above *hub_degree_t (each at least PYGIO_ATTENTION_MIN_HUB_DEGREE,
+ * at most max_hubs / max_hubs_t) are split over all SMs. Every output is
+ * fully overwritten. out, grad_out, grad_x_l, grad_x_r (and grad_edge):
+ * contiguous, in dtype; lse, att, grad_att: fp32.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_gatv2_backward_params) */
+  int32_t dtype;
+  int32_t device;
+  pygio_csr a;
+  pygio_csr a_t;
+  const void* perm_t;      /* [nnz], index width of a */
+  int64_t heads;
+  int64_t channels;
+  const void* x_l;
+  int64_t x_l_row_stride;
+  const void* x_r;
+  int64_t x_r_row_stride;
+  const void* edge;        /* or NULL */
+  const float* att;
+  float negative_slope;
+  float dropout_p;
+  uint64_t seed;
+  const int64_t* hub_degree;    /* rows of a, as in pygio_gatv2_params */
+  int64_t max_hubs;
+  const int64_t* hub_degree_t;  /* rows of a_t */
+  int64_t max_hubs_t;
+  const void* out;
+  const float* lse;
+  const void* grad_out;
+  void* grad_x_l;          /* [num_cols, heads, channels] */
+  void* grad_x_r;          /* [num_rows, heads, channels] */
+  float* grad_att;         /* [heads, channels] */
+  void* grad_edge;         /* [nnz, heads, channels]; required iff edge */
+  void* workspace;         /* pygio_gatv2_backward_workspace_size bytes, 16-byte aligned */
+  void* stream;
+} pygio_gatv2_backward_params;
+
+PYGIO_API int pygio_gatv2_backward_workspace_size(const pygio_gatv2_backward_params* params,
+                                                  size_t* bytes);
+
+PYGIO_API int pygio_gatv2_backward(const pygio_gatv2_backward_params* params);
+
+/*
+ * alpha[e,h] = exp(s[e,h] - lse[i,h]) for every entry, in CSR order (before
+ * dropout), from the forward's lse: what return_attention_weights asks for.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_gatv2_alpha_params) */
+  int32_t dtype;
+  int32_t device;
+  pygio_csr a;
+  int64_t heads;
+  int64_t channels;
+  const void* x_l;
+  int64_t x_l_row_stride;
+  const void* x_r;
+  int64_t x_r_row_stride;
+  const void* edge;        /* or NULL */
+  const float* att;
+  float negative_slope;
+  const float* lse;
+  float* alpha;            /* [nnz, heads] fp32 contiguous */
+  void* stream;
+} pygio_gatv2_alpha_params;
+
+PYGIO_API int pygio_gatv2_alpha(const pygio_gatv2_alpha_params* params);
 
 #ifdef __cplusplus
 }

@@ -178,6 +178,94 @@ class MinmaxBackwardParams(ctypes.Structure):
     ]
 
 
+class Gatv2Params(ctypes.Structure):
+    """Mirror of ``pygio_gatv2_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("heads", ctypes.c_int64),
+        ("channels", ctypes.c_int64),
+        ("x_l", ctypes.c_void_p),
+        ("x_l_row_stride", ctypes.c_int64),
+        ("x_r", ctypes.c_void_p),
+        ("x_r_row_stride", ctypes.c_int64),
+        ("edge", ctypes.c_void_p),
+        ("att", ctypes.POINTER(ctypes.c_float)),
+        ("negative_slope", ctypes.c_float),
+        ("dropout_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("hub_degree", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.POINTER(ctypes.c_float)),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class Gatv2BackwardParams(ctypes.Structure):
+    """Mirror of ``pygio_gatv2_backward_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("a_t", Csr),
+        ("perm_t", ctypes.c_void_p),
+        ("heads", ctypes.c_int64),
+        ("channels", ctypes.c_int64),
+        ("x_l", ctypes.c_void_p),
+        ("x_l_row_stride", ctypes.c_int64),
+        ("x_r", ctypes.c_void_p),
+        ("x_r_row_stride", ctypes.c_int64),
+        ("edge", ctypes.c_void_p),
+        ("att", ctypes.POINTER(ctypes.c_float)),
+        ("negative_slope", ctypes.c_float),
+        ("dropout_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("hub_degree", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs", ctypes.c_int64),
+        ("hub_degree_t", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs_t", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.POINTER(ctypes.c_float)),
+        ("grad_out", ctypes.c_void_p),
+        ("grad_x_l", ctypes.c_void_p),
+        ("grad_x_r", ctypes.c_void_p),
+        ("grad_att", ctypes.POINTER(ctypes.c_float)),
+        ("grad_edge", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class Gatv2AlphaParams(ctypes.Structure):
+    """Mirror of ``pygio_gatv2_alpha_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("heads", ctypes.c_int64),
+        ("channels", ctypes.c_int64),
+        ("x_l", ctypes.c_void_p),
+        ("x_l_row_stride", ctypes.c_int64),
+        ("x_r", ctypes.c_void_p),
+        ("x_r_row_stride", ctypes.c_int64),
+        ("edge", ctypes.c_void_p),
+        ("att", ctypes.POINTER(ctypes.c_float)),
+        ("negative_slope", ctypes.c_float),
+        ("lse", ctypes.POINTER(ctypes.c_float)),
+        ("alpha", ctypes.POINTER(ctypes.c_float)),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 def library_path() -> Optional[str]:
     """The native library to load: $PYG_IOAWARE_NATIVE_LIB, else the copy
     installed inside the package, else None."""
@@ -262,6 +350,13 @@ _SIGNATURES = {
     "pygio_minmax_backward_workspace_size": (
         [ctypes.POINTER(MinmaxBackwardParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "pygio_minmax_backward": ([ctypes.POINTER(MinmaxBackwardParams)], ctypes.c_int),
+    "pygio_gatv2_workspace_size": (
+        [ctypes.POINTER(Gatv2Params), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_gatv2": ([ctypes.POINTER(Gatv2Params)], ctypes.c_int),
+    "pygio_gatv2_backward_workspace_size": (
+        [ctypes.POINTER(Gatv2BackwardParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_gatv2_backward": ([ctypes.POINTER(Gatv2BackwardParams)], ctypes.c_int),
+    "pygio_gatv2_alpha": ([ctypes.POINTER(Gatv2AlphaParams)], ctypes.c_int),
 }
 
 
@@ -565,6 +660,87 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
     workspace = _workspace(size, x.device)
     params.workspace = pointer(workspace)
     check(lib.pygio_minmax_backward(ctypes.byref(params)))
+
+
+def _float_pointer(tensor: Optional[Tensor]):
+    return None if tensor is None else ctypes.cast(tensor.data_ptr(),
+                                                   ctypes.POINTER(ctypes.c_float))
+
+
+def _node_row_stride(t: Tensor, name: str) -> int:
+    """Row stride of a [nodes, heads, channels] tensor whose last two
+    dimensions are contiguous (a view of a fused [nodes, heads * channels]
+    projection is fine); ValueError otherwise."""
+    if t.dim() != 3 or t.stride(2) != 1 or (t.size(1) > 1 and t.stride(1) != t.size(2)):
+        raise ValueError(f"{name} must be [nodes, heads, channels] with contiguous heads and "
+                         f"channels, got shape {tuple(t.shape)} strides {t.stride()}")
+    return t.stride(0) if t.size(0) > 1 else t.size(1) * t.size(2)
+
+
+def _gatv2_inputs(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor,
+                  edge: Optional[Tensor], att: Tensor, negative_slope: float) -> dict:
+    """The fields pygio_gatv2, pygio_gatv2_backward and pygio_gatv2_alpha share."""
+    return dict(dtype=_dtype_code(x_l.dtype), device=x_l.device.index,
+                a=_csr(rowptr, col, x_l.size(0)), heads=x_l.size(1), channels=x_l.size(2),
+                x_l=x_l.data_ptr(), x_l_row_stride=_node_row_stride(x_l, "x_l"),
+                x_r=x_r.data_ptr(), x_r_row_stride=_node_row_stride(x_r, "x_r"),
+                edge=pointer(edge), att=_float_pointer(att), negative_slope=negative_slope,
+                stream=stream_of(x_l))
+
+
+def gatv2(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[Tensor],
+          att: Tensor, negative_slope: float, dropout_p: float, seed: int,
+          hub_degree: Optional[Tensor], max_hubs: int, out: Tensor, lse: Tensor) -> None:
+    """Enqueues out and lse = GATv2 attention over the CSR (rowptr, col) on
+    torch's current stream (contract: pygio_gatv2 in pyg_ioaware.h)."""
+    lib = library()
+    params = Gatv2Params(struct_size=ctypes.sizeof(Gatv2Params),
+                         **_gatv2_inputs(rowptr, col, x_l, x_r, edge, att, negative_slope),
+                         dropout_p=dropout_p, seed=seed, hub_degree=_int64_pointer(hub_degree),
+                         max_hubs=max_hubs, out=out.data_ptr(), lse=_float_pointer(lse))
+    size = ctypes.c_size_t()
+    check(lib.pygio_gatv2_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    workspace = _workspace(size, x_l.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_gatv2(ctypes.byref(params)))
+
+
+def gatv2_backward(rowptr: Tensor, col: Tensor, transpose: tuple, x_l: Tensor, x_r: Tensor,
+                   edge: Optional[Tensor], att: Tensor, negative_slope: float,
+                   dropout_p: float, seed: int, hubs: tuple, out: Tensor, lse: Tensor,
+                   grad_out: Tensor, grad_x_l: Tensor, grad_x_r: Tensor, grad_att: Tensor,
+                   grad_edge: Optional[Tensor]) -> None:
+    """Enqueues the gradients of :func:`gatv2` on torch's current stream
+    (contract: pygio_gatv2_backward): ``transpose`` = (rowptr_t, col_t,
+    perm_t), the CSR^T and its CSR positions; ``hubs`` = (hub_degree,
+    max_hubs, hub_degree_t, max_hubs_t)."""
+    lib = library()
+    rowptr_t, col_t, perm_t = transpose
+    hub_degree, max_hubs, hub_degree_t, max_hubs_t = hubs
+    params = Gatv2BackwardParams(
+        struct_size=ctypes.sizeof(Gatv2BackwardParams),
+        **_gatv2_inputs(rowptr, col, x_l, x_r, edge, att, negative_slope),
+        a_t=_csr(rowptr_t, col_t, rowptr.numel() - 1), perm_t=perm_t.data_ptr(),
+        dropout_p=dropout_p, seed=seed, hub_degree=_int64_pointer(hub_degree),
+        max_hubs=max_hubs, hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t,
+        out=out.data_ptr(), lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
+        grad_x_l=grad_x_l.data_ptr(), grad_x_r=grad_x_r.data_ptr(),
+        grad_att=_float_pointer(grad_att), grad_edge=pointer(grad_edge))
+    size = ctypes.c_size_t()
+    check(lib.pygio_gatv2_backward_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    workspace = _workspace(size, x_l.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_gatv2_backward(ctypes.byref(params)))
+
+
+def gatv2_alpha(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[Tensor],
+                att: Tensor, negative_slope: float, lse: Tensor, alpha: Tensor) -> None:
+    """Enqueues alpha [nnz, heads] (fp32, CSR order, before dropout) from the
+    forward's lse (contract: pygio_gatv2_alpha)."""
+    params = Gatv2AlphaParams(struct_size=ctypes.sizeof(Gatv2AlphaParams),
+                              **_gatv2_inputs(rowptr, col, x_l, x_r, edge, att, negative_slope),
+                              lse=_float_pointer(lse), alpha=_float_pointer(alpha))
+    check(library().pygio_gatv2_alpha(ctypes.byref(params)))
 
 
 def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Optional[Tensor],
