@@ -11,7 +11,7 @@ oracle): both give the same mask bit for bit.
 import torch
 from torch import Tensor
 
-__all__ = ["keep_mask", "new_seed"]
+__all__ = ["keep_mask", "new_seed", "philox4x32_10"]
 
 _MASK32 = 0xFFFFFFFF
 _MUL = (0xD2511F53, 0xCD9E8D57)
@@ -25,20 +25,29 @@ def _mulhilo(a: int, b: Tensor):
     return (product >> 32) & _MASK32, product & _MASK32
 
 
-def keep_mask(seed: int, edge: Tensor, head: Tensor, p: float) -> Tensor:
-    """Bool tensor: whether entry (edge, head) survives dropout with drop
-    probability ``p`` under ``seed``; ``edge`` and ``head`` broadcast
-    (int64 CSR positions and head indices)."""
-    edge, head = torch.broadcast_tensors(edge.long(), head.long())
-    c0, c1 = edge & _MASK32, (edge >> 32) & _MASK32
-    c2, c3 = head & _MASK32, torch.zeros_like(edge)
-    k0, k1 = seed & _MASK32, (seed >> 32) & _MASK32
+def philox4x32_10(counter, key):
+    """The four output words of Philox4x32-10 for ``counter`` (four int64
+    tensors holding 32-bit words, broadcast together) under ``key`` (two
+    32-bit ints)."""
+    c0, c1, c2, c3 = torch.broadcast_tensors(*(torch.as_tensor(c, dtype=torch.int64)
+                                               for c in counter))
+    k0, k1 = key
     for _ in range(10):
         hi0, lo0 = _mulhilo(_MUL[0], c0)
         hi1, lo1 = _mulhilo(_MUL[1], c2)
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
         k0, k1 = (k0 + _WEYL[0]) & _MASK32, (k1 + _WEYL[1]) & _MASK32
-    uniform = (c0 >> 8).to(torch.float32) * (1.0 / 16777216.0)
+    return c0, c1, c2, c3
+
+
+def keep_mask(seed: int, edge: Tensor, head: Tensor, p: float) -> Tensor:
+    """Bool tensor: whether entry (edge, head) survives dropout with drop
+    probability ``p`` under ``seed``; ``edge`` and ``head`` broadcast
+    (int64 CSR positions and head indices)."""
+    edge, head = torch.broadcast_tensors(edge.long(), head.long())
+    words = philox4x32_10((edge & _MASK32, (edge >> 32) & _MASK32, head & _MASK32, 0),
+                          (seed & _MASK32, (seed >> 32) & _MASK32))
+    uniform = (words[0] >> 8).to(torch.float32) * (1.0 / 16777216.0)
     return uniform >= p
 
 
