@@ -1,0 +1,368 @@
+"""The attention family: GATv2 attention over a CSR in one pass per
+destination, nothing per edge kept for backward.
+
+For destination i, head h and each entry e = (j -> i) of row i::
+
+    s[e,h]     = att[h] . leaky_relu(x_l[j,h] + x_r[i,h] (+ edge[e,h]), negative_slope)
+    lse[i,h]   = log sum_e exp(s[e,h])                  (-inf without entries)
+    out[i,h]   = sum_e keep(e,h) / (1 - p) * exp(s[e,h] - lse[i,h]) * x_l[j,h]
+
+keep is the counter-based dropout mask of :mod:`.dropout` (e the CSR
+position), all kept for p = 0. Custom ops:
+
+``pyg_ioaware::gatv2_attention(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
+seed, hub_quantile) -> (out, lse)``: x_l [N_src, H, C], x_r [N_dst, H, C], att
+[H, C], edge [nnz, H, C] in CSR order or None; out in x's dtype, lse fp32.
+
+``pyg_ioaware::gatv2_attention_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att,
+edge, out, lse, grad_out, negative_slope, dropout_p, seed) -> (grad_x_l, grad_x_r,
+grad_att, grad_edge)``: the gradients from out and lse alone (scores
+recomputed); grad_edge is empty without edge.
+
+``pyg_ioaware::gatv2_attention_weights(rowptr, col, x_l, x_r, att, edge, lse,
+negative_slope) -> alpha`` [nnz, H] fp32 in CSR order, before dropout.
+
+On CUDA (native library) fp32 / fp16 / bf16 run the kernels of
+cuda/attention/; float64, CPU tensors and head sizes the kernels do not
+take run :func:`gatv2_reference` and :func:`gatv2_backward_reference`.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .. import _native
+from . import checks
+from .dispatch import accumulator_dtype, eager_or_op, native_ready
+from .dropout import keep_mask
+from .minmax import DEFAULT_HUB_QUANTILE, hub_degree
+
+__all__ = ["gatv2_attention", "gatv2_attention_backward", "gatv2_attention_weights",
+           "gatv2_reference", "gatv2_backward_reference", "graph_gatv2", "GATv2Function"]
+
+FEATURE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# The kernels hold at most 32 channels of a head per lane: up to 1024
+# channels where rows are 16-byte aligned, else up to 256.
+_MAX_ALIGNED_CHANNELS = 1024
+_MAX_CHANNELS = 256
+
+
+# --------------------------------------------------------------- reference
+def _entry_rows(rowptr: Tensor, nnz: int) -> Tensor:
+    return torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device),
+                                   rowptr.diff().long(), output_size=nnz)
+
+
+def _scores(rowptr, col, x_l, x_r, att, edge, negative_slope):
+    """(row of each entry, x_l[col] in the accumulator dtype, scores [nnz, H])."""
+    acc = accumulator_dtype(x_l.dtype)
+    row = _entry_rows(rowptr, col.numel())
+    x_j = x_l.to(acc).index_select(0, col.long())
+    z = x_j + x_r.to(acc).index_select(0, row)
+    if edge is not None:
+        z = z + edge.to(acc)
+    return row, x_j, (F.leaky_relu(z, negative_slope) * att.to(acc)).sum(-1)
+
+
+def _lse(scores: Tensor, row: Tensor, num_rows: int) -> Tensor:
+    heads = scores.size(1)
+    index = row.unsqueeze(1).expand(-1, heads)
+    m = torch.full((num_rows, heads), float("-inf"), dtype=scores.dtype, device=scores.device)
+    m = m.scatter_reduce(0, index, scores.detach(), "amax")  # softmax is shift-invariant
+    total = torch.zeros_like(m).index_add_(0, row, torch.exp(scores - m.index_select(0, row)))
+    return m + torch.log(total)
+
+
+def dropout_factor(seed: int, nnz: int, heads: int, p: float, device,
+                   dtype: torch.dtype) -> Optional[Tensor]:
+    """keep(e, h) / (1 - p) as [nnz, heads] in ``dtype`` (None for p = 0)."""
+    if p == 0.0:
+        return None
+    keep = keep_mask(seed, torch.arange(nnz, device=device).unsqueeze(1),
+                     torch.arange(heads, device=device).unsqueeze(0), p)
+    return keep.to(dtype) / (1.0 - p)
+
+
+def gatv2_reference(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
+                    edge: Optional[Tensor], negative_slope: float, dropout_p: float = 0.0,
+                    seed: int = 0) -> Tuple[Tensor, Tensor]:
+    """(out, lse) of the module docstring in plain torch, differentiable
+    (the CPU path and the oracle of the kernels); per-edge tensors."""
+    num_rows = rowptr.numel() - 1
+    row, x_j, scores = _scores(rowptr, col, x_l, x_r, att, edge, negative_slope)
+    lse = _lse(scores, row, num_rows)
+    alpha = torch.exp(scores - lse.index_select(0, row))
+    factor = dropout_factor(seed, col.numel(), x_l.size(1), dropout_p, x_l.device, alpha.dtype)
+    if factor is not None:
+        alpha = alpha * factor
+    out = torch.zeros(num_rows, *x_l.shape[1:], dtype=x_j.dtype, device=x_l.device)
+    out = out.index_add(0, row, alpha.unsqueeze(-1) * x_j)
+    return out.to(x_l.dtype), lse.to(torch.float32)
+
+
+# ------------------------------------------------------------------ checks
+def _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
+                   who="pyg_ioaware::gatv2_attention") -> None:
+    checks.csr_structure(rowptr, col, who)
+    for name, t in (("x_l", x_l), ("x_r", x_r)):
+        if not isinstance(t, Tensor) or t.dim() != 3 or t.dtype not in FEATURE_DTYPES:
+            raise TypeError(f"{who}: {name} must be a [nodes, heads, channels] tensor of one "
+                            f"of {FEATURE_DTYPES}")
+        if t.device != rowptr.device:
+            raise ValueError(f"{who}: {name} is on {t.device}, the graph on {rowptr.device}")
+    if x_r.dtype != x_l.dtype or x_r.shape[1:] != x_l.shape[1:]:
+        raise ValueError(f"{who}: x_l {tuple(x_l.shape)} {x_l.dtype} and x_r "
+                         f"{tuple(x_r.shape)} {x_r.dtype} must share dtype, heads and channels")
+    if x_r.size(0) != rowptr.numel() - 1:
+        raise ValueError(f"{who}: x_r has {x_r.size(0)} rows, the graph {rowptr.numel() - 1} "
+                         f"destinations")
+    if not isinstance(att, Tensor) or att.shape != x_l.shape[1:] or not att.is_floating_point() \
+            or att.device != rowptr.device:
+        raise ValueError(f"{who}: att must be a floating [heads, channels] = "
+                         f"{tuple(x_l.shape[1:])} tensor on {rowptr.device}")
+    if edge is not None and (not isinstance(edge, Tensor) or edge.dtype != x_l.dtype
+                             or edge.shape != (col.numel(), *x_l.shape[1:])
+                             or edge.device != rowptr.device):
+        raise ValueError(f"{who}: edge must be [nnz, heads, channels] = "
+                         f"({col.numel()}, {x_l.size(1)}, {x_l.size(2)}) of x's dtype and device")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"{who}: dropout_p must lie in [0, 1), got {dropout_p}")
+    if x_l.size(1) == 0 or x_l.size(2) == 0:
+        raise ValueError(f"{who}: heads and channels must be positive, got "
+                         f"{tuple(x_l.shape[1:])}")
+
+
+def _kernels_take(x_l: Tensor) -> bool:
+    """Whether the CUDA kernels serve these features (else the reference)."""
+    if not native_ready(x_l.device) or x_l.dtype == torch.float64:
+        return False
+    channels = x_l.size(2)
+    wide = 16 // x_l.element_size()
+    return channels <= _MAX_CHANNELS or (channels % wide == 0 and
+                                         channels <= _MAX_ALIGNED_CHANNELS)
+
+
+def _heads_readable(t: Tensor) -> Tensor:
+    """t, or a contiguous copy where heads and channels are not contiguous
+    or the channel rows are not 16-byte aligned (what the kernels need for
+    heads above 256 channels)."""
+    if t.stride(2) == 1 and (t.size(1) == 1 or t.stride(1) == t.size(2)) \
+            and (t.size(2) <= _MAX_CHANNELS or t.data_ptr() % 16 == 0):
+        return t
+    return t.contiguous()
+
+
+# ----------------------------------------------------------------- kernels
+def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
+                  hub_quantile) -> Tuple[Tensor, Tensor]:
+    if not _kernels_take(x_l):
+        return gatv2_reference(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
+                               seed)
+    x_l, x_r = _heads_readable(x_l), _heads_readable(x_r)
+    edge = None if edge is None else edge.contiguous()
+    num_rows, heads, channels = rowptr.numel() - 1, x_l.size(1), x_l.size(2)
+    out = torch.empty(num_rows, heads, channels, dtype=x_l.dtype, device=x_l.device)
+    lse = torch.empty(num_rows, heads, dtype=torch.float32, device=x_l.device)
+    if num_rows == 0:
+        return out, lse
+    degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
+    _native.gatv2(rowptr, col, x_l, x_r, edge, att.to(torch.float32).contiguous(),
+                  float(negative_slope), float(dropout_p), int(seed), degree, max_hubs, out, lse)
+    return out, lse
+
+
+def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
+                           grad_out, negative_slope, dropout_p, seed):
+    if not _kernels_take(x_l):
+        return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out,
+                                        negative_slope, dropout_p, seed)
+    x_l, x_r = _heads_readable(x_l), _heads_readable(x_r)
+    edge = None if edge is None else edge.contiguous()
+    grad_x_l, grad_x_r = torch.empty_like(x_l), torch.empty_like(x_r)
+    grad_att = torch.empty(att.shape, dtype=torch.float32, device=x_l.device)
+    grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
+    _native.gatv2_backward(rowptr, col, (rowptr_t, col_t, perm_t), x_l, x_r, edge,
+                           att.to(torch.float32).contiguous(), float(negative_slope),
+                           float(dropout_p), int(seed), (None, 0, None, 0), out.contiguous(),
+                           lse.contiguous(), grad_out.contiguous(), grad_x_l, grad_x_r, grad_att,
+                           None if edge is None else grad_edge)
+    return grad_x_l, grad_x_r, grad_att.to(att.dtype), grad_edge
+
+
+def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, negative_slope,
+                             dropout_p, seed):
+    """(grad_x_l, grad_x_r, grad_att, grad_edge) in plain torch from the
+    forward's out (the CPU path): with G = <grad_out, out> per node and head,
+    ds = alpha * (factor * <grad_out[i], x_l[j]> - G[i]), dz = ds * att *
+    leaky_relu'(z); grad_x_r[i] = sum dz, grad_edge = dz, grad_att = sum ds *
+    leaky_relu(z), grad_x_l[j] = sum factor * alpha * grad_out[i] + dz."""
+    acc = accumulator_dtype(x_l.dtype)
+    num_rows = rowptr.numel() - 1
+    row = _entry_rows(rowptr, col.numel())
+    x_j = x_l.to(acc).index_select(0, col.long())
+    z = x_j + x_r.to(acc).index_select(0, row)
+    if edge is not None:
+        z = z + edge.to(acc)
+    scores = (F.leaky_relu(z, negative_slope) * att.to(acc)).sum(-1)
+    alpha = torch.exp(scores - _lse(scores, row, num_rows).index_select(0, row))
+    factor = dropout_factor(seed, col.numel(), x_l.size(1), dropout_p, x_l.device, acc)
+    weight = alpha if factor is None else alpha * factor
+    g_row = grad_out.to(acc).index_select(0, row)
+    g = (grad_out.to(acc) * out.to(acc)).sum(-1)
+    dot = (g_row * x_j).sum(-1)
+    ds = alpha * ((dot if factor is None else factor * dot) - g.index_select(0, row))
+    slope = torch.where(z > 0, torch.ones_like(z), torch.full_like(z, negative_slope))
+    dz = ds.unsqueeze(-1) * att.to(acc) * slope
+    grad_x_r = torch.zeros(x_r.shape, dtype=acc, device=x_r.device).index_add_(0, row, dz)
+    grad_x_l = torch.zeros(x_l.shape, dtype=acc, device=x_l.device).index_add_(
+        0, col.long(), weight.unsqueeze(-1) * g_row + dz)
+    grad_att = (ds.unsqueeze(-1) * F.leaky_relu(z, negative_slope)).sum(0)
+    grad_edge = dz.to(x_l.dtype) if edge is not None else x_l.new_empty(0)
+    return grad_x_l.to(x_l.dtype), grad_x_r.to(x_r.dtype), grad_att.to(att.dtype), grad_edge
+
+
+def _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope) -> Tensor:
+    if not _kernels_take(x_l):
+        row, _, scores = _scores(rowptr, col, x_l, x_r, att, edge, negative_slope)
+        return torch.exp(scores - lse.to(scores.dtype).index_select(0, row)).to(torch.float32)
+    x_l, x_r = _heads_readable(x_l), _heads_readable(x_r)
+    alpha = torch.empty(col.numel(), x_l.size(1), dtype=torch.float32, device=x_l.device)
+    _native.gatv2_alpha(rowptr, col, x_l, x_r, None if edge is None else edge.contiguous(),
+                        att.to(torch.float32).contiguous(), float(negative_slope),
+                        lse.contiguous(), alpha)
+    return alpha
+
+
+# -------------------------------------------------------------- custom ops
+@torch.library.custom_op("pyg_ioaware::gatv2_attention", mutates_args=())
+def gatv2_attention(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
+                    edge: Optional[Tensor], negative_slope: float, dropout_p: float, seed: int,
+                    hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
+    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p)
+    if not 0.0 <= hub_quantile <= 1.0:
+        raise ValueError(f"pyg_ioaware::gatv2_attention: hub_quantile must lie in [0, 1], "
+                         f"got {hub_quantile}")
+    checks.csr_structure_contents(rowptr, col, x_l.size(0), "pyg_ioaware::gatv2_attention")
+    return _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
+                         hub_quantile)
+
+
+@gatv2_attention.register_fake
+def _gatv2_attention_fake(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
+                          hub_quantile=DEFAULT_HUB_QUANTILE):
+    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p)
+    rows = rowptr.size(0) - 1
+    return (x_l.new_empty(rows, x_l.size(1), x_l.size(2)),
+            x_l.new_empty(rows, x_l.size(1), dtype=torch.float32))
+
+
+@torch.library.custom_op("pyg_ioaware::gatv2_attention_backward", mutates_args=())
+def gatv2_attention_backward(rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_t: Tensor,
+                             perm_t: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
+                             edge: Optional[Tensor], out: Tensor, lse: Tensor, grad_out: Tensor,
+                             negative_slope: float, dropout_p: float,
+                             seed: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    who = "pyg_ioaware::gatv2_attention_backward"
+    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
+                    grad_out, negative_slope, dropout_p, who)
+    checks.csr_structure_contents(rowptr, col, x_l.size(0), who)
+    checks.csr_structure_contents(rowptr_t, col_t, x_r.size(0), who)
+    return _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge,
+                                  out, lse, grad_out, negative_slope, dropout_p, seed)
+
+
+def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
+                    grad_out, negative_slope, dropout_p, who) -> None:
+    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, who)
+    checks.csr_structure(rowptr_t, col_t, who)
+    if rowptr_t.dtype != rowptr.dtype or rowptr_t.numel() != x_l.size(0) + 1 \
+            or col_t.numel() != col.numel() or not isinstance(perm_t, Tensor) \
+            or perm_t.dtype != rowptr.dtype or perm_t.shape != col.shape \
+            or perm_t.device != rowptr.device:
+        raise ValueError(f"{who}: rowptr_t / col_t / perm_t must be the CSR^T of rowptr / col "
+                         f"({x_l.size(0) + 1}, {col.numel()} and {col.numel()} entries of "
+                         f"{rowptr.dtype})")
+    shape = (rowptr.numel() - 1, *x_l.shape[1:])
+    for name, t, dtype in (("out", out, x_l.dtype), ("grad_out", grad_out, x_l.dtype),
+                           ("lse", lse, torch.float32)):
+        want = shape if name != "lse" else shape[:2]
+        if not isinstance(t, Tensor) or t.shape != want or t.dtype != dtype \
+                or t.device != rowptr.device:
+            raise ValueError(f"{who}: {name} must be a {tuple(want)} tensor of {dtype} on "
+                             f"{rowptr.device}")
+
+
+@gatv2_attention_backward.register_fake
+def _gatv2_attention_backward_fake(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge,
+                                   out, lse, grad_out, negative_slope, dropout_p, seed):
+    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
+                    grad_out, negative_slope, dropout_p, "pyg_ioaware::gatv2_attention_backward")
+    grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
+    return torch.empty_like(x_l), torch.empty_like(x_r), torch.empty_like(att), grad_edge
+
+
+@torch.library.custom_op("pyg_ioaware::gatv2_attention_weights", mutates_args=())
+def gatv2_attention_weights(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
+                            edge: Optional[Tensor], lse: Tensor,
+                            negative_slope: float) -> Tensor:
+    who = "pyg_ioaware::gatv2_attention_weights"
+    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, 0.0, who)
+    if not isinstance(lse, Tensor) or lse.shape != (rowptr.numel() - 1, x_l.size(1)) \
+            or lse.dtype != torch.float32:
+        raise ValueError(f"{who}: lse must be the forward's [num_dst, heads] float32 tensor")
+    checks.csr_structure_contents(rowptr, col, x_l.size(0), who)
+    return _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope)
+
+
+@gatv2_attention_weights.register_fake
+def _gatv2_attention_weights_fake(rowptr, col, x_l, x_r, att, edge, lse, negative_slope):
+    return x_l.new_empty(col.numel(), x_l.size(1), dtype=torch.float32)
+
+
+# Eager calls on structures known valid (a Graph's) go straight to the kernels.
+gatv2_trusted = eager_or_op(_gatv2_kernel, gatv2_attention)
+gatv2_backward_trusted = eager_or_op(_gatv2_backward_kernel, gatv2_attention_backward)
+gatv2_weights_trusted = eager_or_op(_gatv2_weights_kernel, gatv2_attention_weights)
+
+
+class GATv2Function(torch.autograd.Function):
+    """Differentiable out = GATv2 attention over ``graph`` in x_l, x_r, att
+    and edge: forward saves x_l, x_r, att, edge, out and lse (O(N H C), no
+    per-edge tensor); backward recomputes the scores over the graph and its
+    CSR^T. Not twice differentiable."""
+
+    @staticmethod
+    def forward(ctx, graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed, hub_quantile):
+        out, lse = gatv2_trusted(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
+                                 dropout_p, seed, hub_quantile)
+        ctx.graph, ctx.params = graph, (negative_slope, dropout_p, seed)
+        ctx.has_edge = edge is not None
+        ctx.mark_non_differentiable(lse)
+        ctx.save_for_backward(x_l, x_r, att, edge, out, lse)
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out, grad_lse):
+        x_l, x_r, att, edge, out, lse = ctx.saved_tensors
+        graph, t = ctx.graph, ctx.graph.transpose
+        grad_x_l, grad_x_r, grad_att, grad_edge = gatv2_backward_trusted(
+            graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, edge, out, lse,
+            grad_out.contiguous(), *ctx.params)
+        return (None, grad_x_l, grad_x_r, grad_att, grad_edge if ctx.has_edge else None,
+                None, None, None, None)
+
+
+def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor] = None,
+                negative_slope: float = 0.2, dropout_p: float = 0.0, seed: int = 0,
+                hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
+    """(out, lse) of GATv2 attention over ``graph`` (rows = destinations),
+    inputs already checked by the caller; differentiable in x_l, x_r, att
+    and edge (lse is not)."""
+    out, lse = GATv2Function.apply(graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
+                                   hub_quantile)
+    return out, lse

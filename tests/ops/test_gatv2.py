@@ -1,0 +1,249 @@
+"""pyg_ioaware::gatv2_attention (+ backward, weights) against a float64
+oracle written independently of ops.attention (PyG's softmax over edge
+tensors), on CPU and, marked cuda, the kernels against the float64 CPU
+result on graphs with a hub, empty rows, duplicate edges and self loops."""
+import pytest
+import torch
+import torch.nn.functional as F
+from _helpers import TOLERANCE, random_graph, relative_error
+from torch_geometric.utils import softmax
+
+from pyg_ioaware import Graph
+from pyg_ioaware.ops import attention
+from pyg_ioaware.ops.attention import GATv2Function, gatv2_reference
+from pyg_ioaware.ops.dropout import keep_mask
+
+SLOPE = 0.2
+
+
+def oracle(edge_index, num_dst, x_l, x_r, att, edge=None, p=0.0, seed=0, csr_position=None):
+    """PyG's GATv2 arithmetic in float64 over the input edge order; edge
+    and the dropout counter are given per input edge (csr_position: the
+    CSR position of each input edge, for the mask)."""
+    src, dst = edge_index
+    z = x_l.double()[src] + x_r.double()[dst]
+    if edge is not None:
+        z = z + edge.double()
+    scores = (F.leaky_relu(z, SLOPE) * att.double()).sum(-1)
+    alpha = softmax(scores, dst, num_nodes=num_dst)
+    if p > 0:
+        heads = torch.arange(x_l.size(1)).unsqueeze(0)
+        alpha = alpha * keep_mask(seed, csr_position.unsqueeze(1), heads, p).double() / (1 - p)
+    out = torch.zeros(num_dst, *x_l.shape[1:], dtype=torch.float64)
+    return out.index_add_(0, dst, alpha.unsqueeze(-1) * x_l.double()[src]), alpha
+
+
+def case(num_src, num_dst, num_edges, heads, channels, seed, hub=0, edge=False,
+         dtype=torch.float64, device="cpu"):
+    edge_index = random_graph(num_src, num_dst, num_edges, seed=seed, hub_degree=hub)
+    graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_dst))
+    gen = torch.Generator().manual_seed(seed + 1)
+    x_l = torch.randn(num_src, heads, channels, generator=gen, dtype=torch.float64)
+    x_r = torch.randn(num_dst, heads, channels, generator=gen, dtype=torch.float64)
+    att = torch.randn(heads, channels, generator=gen, dtype=torch.float64)
+    e = torch.randn(edge_index.size(1), heads, channels, generator=gen, dtype=torch.float64) \
+        if edge else None
+    grad = torch.randn(num_dst, heads, channels, generator=gen, dtype=torch.float64)
+    return edge_index, graph, x_l, x_r, att, e, grad
+
+
+def csr_order(graph, per_edge):
+    """A per-input-edge tensor in the graph's CSR order."""
+    perm = graph.edge_perm
+    return per_edge if perm is None else per_edge[perm.long().cpu()]
+
+
+def csr_positions(graph, num_edges):
+    """The CSR position of each input edge."""
+    perm = graph.edge_perm
+    if perm is None:
+        return torch.arange(num_edges)
+    position = torch.empty(num_edges, dtype=torch.long)
+    position[perm.long().cpu()] = torch.arange(num_edges)
+    return position
+
+
+def run_ours(graph, x_l, x_r, att, edge_csr, grad, dtype, device, p=0.0, seed=0):
+    # Copies: in float64 on the CPU .to() would hand back the caller's tensors.
+    inputs = [t.to(device, dtype, copy=True).requires_grad_() for t in (x_l, x_r)]
+    att_dtype = torch.float32 if dtype != torch.float64 else dtype
+    att_in = att.to(device, att_dtype, copy=True).requires_grad_()
+    edge_in = None if edge_csr is None else edge_csr.to(device, dtype, copy=True).requires_grad_()
+    out, lse = GATv2Function.apply(graph, *inputs, att_in, edge_in, SLOPE, p, seed, 0.99)
+    out.backward(grad.to(device, dtype))
+    grads = [inputs[0].grad, inputs[1].grad, att_in.grad,
+             None if edge_in is None else edge_in.grad]
+    return out, lse, grads
+
+
+def reference_grads(edge_index, num_dst, x_l, x_r, att, edge, grad, p=0.0, seed=0,
+                    csr_position=None):
+    leaves = [t.detach().clone().requires_grad_() for t in (x_l, x_r, att)]
+    edge_leaf = None if edge is None else edge.detach().clone().requires_grad_()
+    out, alpha = oracle(edge_index, num_dst, *leaves, edge_leaf, p, seed, csr_position)
+    out.backward(grad)
+    return out, alpha, [leaves[0].grad, leaves[1].grad, leaves[2].grad,
+                        None if edge_leaf is None else edge_leaf.grad]
+
+
+# --------------------------------------------------------------------- CPU
+@pytest.mark.parametrize("edge", [False, True])
+@pytest.mark.parametrize("num_src, num_dst", [(50, 50), (37, 23)])
+def test_cpu_matches_oracle(edge, num_src, num_dst):
+    edge_index, graph, x_l, x_r, att, e, grad = case(num_src, num_dst, 300, 3, 7, seed=3,
+                                                     hub=40, edge=edge)
+    out, lse, grads = run_ours(graph, x_l, x_r, att, None if e is None else csr_order(graph, e),
+                               grad, torch.float64, "cpu")
+    ref, _, ref_grads = reference_grads(edge_index, num_dst, x_l, x_r, att, e, grad)
+    assert relative_error(out, ref) < 1e-12
+    for got, want in zip(grads[:3], ref_grads[:3]):
+        assert relative_error(got, want) < 1e-10
+    if edge:
+        assert relative_error(grads[3], csr_order(graph, ref_grads[3])) < 1e-10
+    empty = graph.in_degree == 0
+    assert empty.any() and torch.isneginf(lse[empty]).all() and (out[empty] == 0).all()
+
+
+def test_cpu_dropout_masks_and_weights():
+    edge_index, graph, x_l, x_r, att, _, grad = case(40, 40, 400, 2, 5, seed=4)
+    position = csr_positions(graph, edge_index.size(1))
+    out, lse, grads = run_ours(graph, x_l, x_r, att, None, grad, torch.float64, "cpu", p=0.4,
+                               seed=99)
+    ref, alpha, ref_grads = reference_grads(edge_index, 40, x_l, x_r, att, None, grad, p=0.4,
+                                            seed=99, csr_position=position)
+    assert relative_error(out, ref) < 1e-12
+    for got, want in zip(grads[:3], ref_grads[:3]):
+        assert relative_error(got, want) < 1e-10
+    weights = attention.gatv2_attention_weights(graph.rowptr, graph.col, x_l, x_r, att, None,
+                                                lse, SLOPE)
+    _, plain_alpha = oracle(edge_index, 40, x_l, x_r, att)
+    assert relative_error(weights.double(), csr_order(graph, plain_alpha)) < 1e-6
+
+
+def test_reference_is_the_custom_op_on_cpu():
+    _, graph, x_l, x_r, att, e, _ = case(30, 30, 200, 2, 4, seed=5, edge=True)
+    e = csr_order(graph, e)
+    out, lse = attention.gatv2_attention(graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE, 0.0,
+                                         0)
+    ref_out, ref_lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+
+
+def test_opcheck_cpu():
+    _, graph, x_l, x_r, att, e, grad = case(20, 20, 80, 2, 3, seed=6, edge=True)
+    e = csr_order(graph, e)
+    torch.library.opcheck(torch.ops.pyg_ioaware.gatv2_attention,
+                          (graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE, 0.3, 7, 0.99))
+    out, lse = attention.gatv2_attention(graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE, 0.3, 7)
+    t = graph.transpose
+    torch.library.opcheck(torch.ops.pyg_ioaware.gatv2_attention_backward,
+                          (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, e,
+                           out, lse, grad, SLOPE, 0.3, 7))
+
+
+def test_bad_inputs_raise_before_any_kernel():
+    _, graph, x_l, x_r, att, _, _ = case(20, 20, 80, 2, 3, seed=7)
+    op = attention.gatv2_attention
+    with pytest.raises(ValueError, match="x_r has"):
+        op(graph.rowptr, graph.col, x_l, x_r[:-1], att, None, SLOPE, 0.0, 0)
+    with pytest.raises(ValueError, match="share dtype"):
+        op(graph.rowptr, graph.col, x_l, x_r.float(), att, None, SLOPE, 0.0, 0)
+    with pytest.raises(ValueError, match="att must be"):
+        op(graph.rowptr, graph.col, x_l, x_r, att[:1], None, SLOPE, 0.0, 0)
+    with pytest.raises(ValueError, match="edge must be"):
+        op(graph.rowptr, graph.col, x_l, x_r, att, x_l, SLOPE, 0.0, 0)
+    with pytest.raises(ValueError, match="dropout_p"):
+        op(graph.rowptr, graph.col, x_l, x_r, att, None, SLOPE, 1.0, 0)
+    with pytest.raises(TypeError, match="heads, channels"):
+        op(graph.rowptr, graph.col, x_l[:, 0], x_r, att, None, SLOPE, 0.0, 0)
+    bad_col = graph.col.clone()
+    bad_col[0] = 10**6
+    with pytest.raises(ValueError):
+        op(graph.rowptr, bad_col, x_l, x_r, att, None, SLOPE, 0.0, 0)
+
+
+# -------------------------------------------------------------------- CUDA
+CUDA_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize("heads, channels", [(1, 64), (2, 64), (3, 7), (2, 33), (1, 128),
+                                             (2, 256), (1, 100)])
+@pytest.mark.parametrize("edge", [False, True])
+def test_cuda_matches_float64(dtype, heads, channels, edge):
+    # A hub of 3000 entries (split over all SMs), empty rows, duplicates, loops.
+    edge_index, graph, x_l, x_r, att, e, grad = case(600, 600, 5000, heads, channels, seed=11,
+                                                     hub=3000, edge=edge, device="cuda")
+    e_csr = None if e is None else csr_order(graph, e.cpu() if e is not None else e)
+    out, lse, grads = run_ours(graph, x_l, x_r, att, e_csr, grad, dtype, "cuda")
+    ref, _, ref_grads = reference_grads(edge_index, 600, x_l, x_r, att, e, grad)
+    tol = 4 * TOLERANCE[dtype]
+    assert out.dtype == dtype
+    assert relative_error(out.double().cpu(), ref) < tol
+    _, ref_lse = gatv2_reference(graph.rowptr.cpu(), graph.col.cpu(), x_l, x_r, att, e_csr, SLOPE)
+    empty = (graph.in_degree == 0).cpu()
+    assert torch.isneginf(lse.cpu()[empty]).all() and (out.cpu()[empty] == 0).all()
+    assert relative_error(lse.cpu()[~empty].double(), ref_lse[~empty].double()) < tol
+    for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 8 * TOLERANCE[dtype], name
+    if edge:
+        assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < \
+            8 * TOLERANCE[dtype]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_cuda_index_widths_bipartite_and_dropout(index_dtype):
+    edge_index, _, x_l, x_r, att, _, grad = case(700, 300, 4000, 2, 16, seed=12, hub=2500)
+    rows = edge_index[1].argsort(stable=True)
+    sorted_index = edge_index[:, rows]
+    rowptr = torch.zeros(301, dtype=torch.long)
+    rowptr[1:] = torch.bincount(sorted_index[1], minlength=300).cumsum(0)
+    graph = Graph(rowptr=rowptr.to("cuda", index_dtype),
+                  col=sorted_index[0].to("cuda", index_dtype),
+                  row=sorted_index[1].to("cuda", index_dtype), num_src=700, num_dst=300)
+    position = torch.empty(edge_index.size(1), dtype=torch.long)
+    position[rows] = torch.arange(edge_index.size(1))
+    out, lse, grads = run_ours(graph, x_l, x_r, att, None, grad, torch.float32, "cuda", p=0.3,
+                               seed=1234)
+    ref, _, ref_grads = reference_grads(edge_index, 300, x_l, x_r, att, None, grad, p=0.3,
+                                        seed=1234, csr_position=position)
+    assert relative_error(out.double().cpu(), ref) < 4e-5
+    for got, want in zip(grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 1e-4
+
+
+@pytest.mark.cuda
+def test_cuda_attention_weights_and_strided_inputs():
+    edge_index, graph, x_l, x_r, att, _, _ = case(500, 500, 4000, 2, 32, seed=13, hub=1000,
+                                                  device="cuda")
+    fused = torch.cat([x_l, x_r], dim=-1).reshape(500, -1).float().cuda()  # [N, 2 * H * C]
+    view_l = fused[:, :64].view(500, 2, 32)[:, :, :]
+    both = fused.view(500, 2, 64)
+    x_l_view, x_r_view = both[:, :, :32], both[:, :, 32:]
+    out, lse = attention.gatv2_attention(graph.rowptr, graph.col, x_l_view, x_r_view,
+                                         att.float().cuda(), None, SLOPE, 0.0, 0)
+    ref, alpha = oracle(edge_index, 500, x_l, x_r, att)
+    assert relative_error(out.double().cpu(), ref) < 4e-5
+    weights = attention.gatv2_attention_weights(graph.rowptr, graph.col, x_l_view, x_r_view,
+                                                att.float().cuda(), None, lse, SLOPE)
+    assert relative_error(weights.double().cpu(), csr_order(graph, alpha)) < 4e-5
+    assert view_l.shape == (500, 2, 32)
+
+
+@pytest.mark.cuda
+def test_cuda_sanitizer_small():
+    """A small case for compute-sanitizer: every kernel, a hub, edge, dropout."""
+    edge_index, graph, x_l, x_r, att, e, grad = case(300, 300, 1500, 2, 12, seed=14, hub=600,
+                                                     edge=True, device="cuda")
+    e_csr = csr_order(graph, e)
+    out, lse, grads = run_ours(graph, x_l, x_r, att, e_csr, grad, torch.bfloat16, "cuda",
+                               p=0.2, seed=5)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out.float()).all() and all(torch.isfinite(g.float()).all()
+                                                     for g in grads)
+    weights = attention.gatv2_attention_weights(
+        graph.rowptr, graph.col, x_l.cuda().bfloat16(), x_r.cuda().bfloat16(), att.cuda().float(),
+        e_csr.cuda().bfloat16(), lse, SLOPE)
+    assert torch.isfinite(weights).all()
