@@ -77,7 +77,10 @@ class GraphState:
     ``first_backward_task``: the autograd run of the first backward pass
     through this graph (ops.spmm.LazyTranspose); ``edge_origin`` (on a self-loop graph only): per
     CSR entry the input edge id of the graph it derives from, NEW_LOOP or
-    DROPPED_LOOP; ``values``: normalized edge values per (mode, dtype),
+    DROPPED_LOOP; ``attention_graphs``: per number of self loops, the graph
+    attention layers run on (input self loops removed, one loop added per
+    node below that number), its edge_index in PyG's order and the input
+    edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per (mode, dtype),
     filled by ops.normalize; ``spmm_plans``: native SpMM plans per
     (direction, width, dtype, backend), filled by ops.spmm_backends.
     """
@@ -86,6 +89,7 @@ class GraphState:
     reversed_graph: Optional["Graph"] = None
     first_backward_task: Optional[int] = None
     edge_origin: Optional[Tensor] = None
+    attention_graphs: Dict[int, Tuple["Graph", Tensor, Tensor]] = field(default_factory=dict)
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
 
 

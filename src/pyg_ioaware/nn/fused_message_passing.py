@@ -70,7 +70,7 @@ from ..graph import Graph
 #: overrides one of them (below the class defining ``fused_forward``) gets
 #: PyG's path, so its override is honoured.
 PER_EDGE_METHODS: Tuple[str, ...] = ("message", "aggregate", "message_and_aggregate",
-                                     "update")
+                                     "update", "edge_update")
 
 #: MessagePassing's hook dictionaries. Each hook sees (and may change)
 #: PyG's per-edge inputs or outputs, which only PyG's path has.

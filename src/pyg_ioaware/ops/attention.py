@@ -12,7 +12,8 @@ position), all kept for p = 0. Custom ops:
 
 ``pyg_ioaware::gatv2_attention(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
 seed, hub_quantile) -> (out, lse)``: x_l [N_src, H, C], x_r [N_dst, H, C], att
-[H, C], edge [nnz, H, C] in CSR order or None; out in x's dtype, lse fp32.
+[H, C], edge [nnz, H, C] in CSR order or None; out in x's dtype, lse fp32
+(float64 for float64 inputs).
 
 ``pyg_ioaware::gatv2_attention_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att,
 edge, out, lse, grad_out, negative_slope, dropout_p, seed) -> (grad_x_l, grad_x_r,
@@ -20,7 +21,8 @@ grad_att, grad_edge)``: the gradients from out and lse alone (scores
 recomputed); grad_edge is empty without edge.
 
 ``pyg_ioaware::gatv2_attention_weights(rowptr, col, x_l, x_r, att, edge, lse,
-negative_slope) -> alpha`` [nnz, H] fp32 in CSR order, before dropout.
+negative_slope) -> alpha`` [nnz, H] in CSR order, before dropout (fp32; float64
+for float64 inputs).
 
 On CUDA (native library) fp32 / fp16 / bf16 run the kernels of
 cuda/attention/; float64, CPU tensors and head sizes the kernels do not
@@ -101,7 +103,7 @@ def gatv2_reference(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: 
         alpha = alpha * factor
     out = torch.zeros(num_rows, *x_l.shape[1:], dtype=x_j.dtype, device=x_l.device)
     out = out.index_add(0, row, alpha.unsqueeze(-1) * x_j)
-    return out.to(x_l.dtype), lse.to(torch.float32)
+    return out.to(x_l.dtype), lse
 
 
 # ------------------------------------------------------------------ checks
@@ -228,7 +230,7 @@ def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, ne
 def _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope) -> Tensor:
     if not _kernels_take(x_l):
         row, _, scores = _scores(rowptr, col, x_l, x_r, att, edge, negative_slope)
-        return torch.exp(scores - lse.to(scores.dtype).index_select(0, row)).to(torch.float32)
+        return torch.exp(scores - lse.to(scores.dtype).index_select(0, row))
     x_l, x_r = _heads_readable(x_l), _heads_readable(x_r)
     alpha = torch.empty(col.numel(), x_l.size(1), dtype=torch.float32, device=x_l.device)
     _native.gatv2_alpha(rowptr, col, x_l, x_r, None if edge is None else edge.contiguous(),
@@ -257,7 +259,7 @@ def _gatv2_attention_fake(rowptr, col, x_l, x_r, att, edge, negative_slope, drop
     _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p)
     rows = rowptr.size(0) - 1
     return (x_l.new_empty(rows, x_l.size(1), x_l.size(2)),
-            x_l.new_empty(rows, x_l.size(1), dtype=torch.float32))
+            x_l.new_empty(rows, x_l.size(1), dtype=accumulator_dtype(x_l.dtype)))
 
 
 @torch.library.custom_op("pyg_ioaware::gatv2_attention_backward", mutates_args=())
@@ -288,7 +290,7 @@ def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, o
                          f"{rowptr.dtype})")
     shape = (rowptr.numel() - 1, *x_l.shape[1:])
     for name, t, dtype in (("out", out, x_l.dtype), ("grad_out", grad_out, x_l.dtype),
-                           ("lse", lse, torch.float32)):
+                           ("lse", lse, accumulator_dtype(x_l.dtype))):
         want = shape if name != "lse" else shape[:2]
         if not isinstance(t, Tensor) or t.shape != want or t.dtype != dtype \
                 or t.device != rowptr.device:
@@ -312,15 +314,16 @@ def gatv2_attention_weights(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tenso
     who = "pyg_ioaware::gatv2_attention_weights"
     _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, 0.0, who)
     if not isinstance(lse, Tensor) or lse.shape != (rowptr.numel() - 1, x_l.size(1)) \
-            or lse.dtype != torch.float32:
-        raise ValueError(f"{who}: lse must be the forward's [num_dst, heads] float32 tensor")
+            or lse.dtype != accumulator_dtype(x_l.dtype):
+        raise ValueError(f"{who}: lse must be the forward's [num_dst, heads] "
+                         f"{accumulator_dtype(x_l.dtype)} tensor")
     checks.csr_structure_contents(rowptr, col, x_l.size(0), who)
     return _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope)
 
 
 @gatv2_attention_weights.register_fake
 def _gatv2_attention_weights_fake(rowptr, col, x_l, x_r, att, edge, lse, negative_slope):
-    return x_l.new_empty(col.numel(), x_l.size(1), dtype=torch.float32)
+    return x_l.new_empty(col.numel(), x_l.size(1), dtype=accumulator_dtype(x_l.dtype))
 
 
 # Eager calls on structures known valid (a Graph's) go straight to the kernels.

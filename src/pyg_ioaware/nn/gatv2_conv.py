@@ -1,0 +1,190 @@
+"""GATv2Conv: PyG's GATv2 operator with its attention fused into one pass
+per destination (the attention family's kernels)."""
+from typing import Any, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric import EdgeIndex
+from torch_geometric.nn import GATv2Conv as PygGATv2Conv
+from torch_geometric.typing import Adj, OptTensor, PairTensor, SparseTensor  # noqa: F401
+from torch_geometric.utils import add_self_loops, is_sparse
+
+from ..graph import Graph
+from ..ops.attention import graph_gatv2, gatv2_weights_trusted
+from ..ops.dropout import new_seed
+from ..ops.minmax import DEFAULT_HUB_QUANTILE
+from .fused_message_passing import FusedMessagePassing
+
+# No __all__ here: PyG's generated propagate module star-imports this one
+# for the type names above (Tensor, OptTensor, PairTensor, ...).
+
+
+class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
+    r"""The GATv2 operator from the `"How Attentive are Graph Attention
+    Networks?" <https://arxiv.org/abs/2105.14491>`_ paper, a drop-in
+    replacement for :class:`torch_geometric.nn.GATv2Conv` (same arguments,
+    parameters, ``state_dict`` keys and outputs; a :class:`MessagePassing`
+    subclass):
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \sum_{j \in \mathcal{N}(i) \cup \{ i \}}
+        \alpha_{i,j}\mathbf{\Theta}_{s}\mathbf{x}_{j},
+        \qquad
+        \alpha_{i,j} = \mathrm{softmax}_j\left(\mathbf{a}^{\top}
+        \mathrm{LeakyReLU}\left(\mathbf{\Theta}_{s} \mathbf{x}_j +
+        \mathbf{\Theta}_{t} \mathbf{x}_{i} + \mathbf{\Theta}_{e}
+        \mathbf{e}_{j,i}\right)\right)
+
+    per head, concatenated or averaged, plus the residual and the bias.
+
+    **What is fused.** The scores, the softmax over each destination's
+    incoming edges, attention dropout and the weighted sum are one kernel
+    pass per destination (:func:`pyg_ioaware.ops.attention.graph_gatv2`):
+    no [E, heads, channels] or [E, heads] tensor is written, only the
+    per-node log-sum-exp is kept for backward, which recomputes the scores;
+    dropout masks come from a counter-based generator seeded from torch's
+    and are regenerated in backward. Self loops (PyG's remove-then-add, one
+    per node below min(num_src, num_dst)) are built once per graph and
+    cached with it. The linear maps are plain torch (16-bit under
+    autocast). With ``edge_dim`` the projected edge features [E, heads *
+    channels] are one tensor (lin_edge's output); ``return_attention_weights``
+    computes the weights [E, heads] on request from the saved log-sum-exp
+    (they carry no gradient).
+
+    **What takes PyG's path** (PyG's own ``forward``): explain masks,
+    propagate / edge-update hooks, ``decomposed_layers > 1``, a subclass
+    overriding ``message`` or ``edge_update``, SparseTensor and torch.sparse
+    adjacencies, ``flow="target_to_source"``, ``edge_attr`` without
+    ``edge_dim``, a bipartite input without destination features,
+    EdgeIndex with ``return_attention_weights``, and TorchScript.
+
+    Args: as :class:`torch_geometric.nn.GATv2Conv` (``in_channels``,
+    ``out_channels``, ``heads``, ``concat``, ``negative_slope``,
+    ``dropout``, ``add_self_loops``, ``edge_dim``, ``fill_value``, ``bias``,
+    ``share_weights``, ``residual``, MessagePassing's ``**kwargs``).
+
+    The attribute ``hub_quantile`` (default 0.99): destinations with
+    in-degree above that quantile (and above 256) are split over all SMs
+    on CUDA.
+    """
+    hub_quantile = DEFAULT_HUB_QUANTILE
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        PygGATv2Conv.__init__(self, *args, **kwargs)
+        self._aggr_reason = None  # FusedMessagePassing's: "add" is fused
+
+    def forward(self, x: Union[Tensor, PairTensor], edge_index: Adj,
+                edge_attr: OptTensor = None,
+                return_attention_weights: Optional[bool] = None) -> Any:
+        # PyG generates this class's propagate / edge_updater from these:
+        # propagate_type: (x: PairTensor, alpha: Tensor)
+        # edge_updater_type: (x: PairTensor, edge_attr: OptTensor)
+        reason = self._pyg_path_reason(x, edge_index, edge_attr, return_attention_weights)
+        if reason is not None:
+            self.check_pyg_path_input(edge_index, reason)
+            return PygGATv2Conv.forward(self, x, edge_index, edge_attr, return_attention_weights)
+        return self.fused_forward(x, edge_index, edge_attr, return_attention_weights)
+
+    @torch.jit.unused
+    def fused_forward(self, x: Union[Tensor, PairTensor], edge_index: Any,
+                      edge_attr: OptTensor = None,
+                      return_attention_weights: Optional[bool] = None) -> Any:
+        """The fused attention between PyG's linear maps; same result as
+        PyG's ``forward``."""
+        heads, channels = self.heads, self.out_channels
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        res = self.res(x_dst) if self.res is not None else None
+        x_l = self.lin_l(x_src).view(-1, heads, channels)
+        if self.share_weights and isinstance(x, Tensor):
+            x_r = x_l
+        else:
+            x_r = self.lin_r(x_dst).view(-1, heads, channels)
+
+        graph, pyg_edge_index, kept = self._attention_graph(edge_index, x_l.size(0),
+                                                            x_r.size(0))
+        edge = None
+        if edge_attr is not None:
+            edge = self.lin_edge(self._edge_attr_in_csr_order(edge_attr, graph, pyg_edge_index,
+                                                              kept, x_l.size(0), x_r.size(0)))
+            edge = edge.view(-1, heads, channels)
+        dropout = self.dropout if self.training else 0.0
+        seed = new_seed() if dropout > 0 else 0
+        att = self.att[0]
+        out, lse = graph_gatv2(graph, x_l, x_r, att, edge, self.negative_slope, dropout, seed,
+                               self.hub_quantile)
+
+        out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
+        if res is not None:
+            out = out + res
+        if self.bias is not None:
+            out = out + self.bias
+        if not return_attention_weights:
+            return out
+        alpha = gatv2_weights_trusted(graph.rowptr, graph.col, x_l.detach(), x_r.detach(),
+                                      att.detach(), None if edge is None else edge.detach(), lse,
+                                      self.negative_slope).to(x_l.dtype)
+        if graph.edge_perm is not None:  # CSR order -> the order of pyg_edge_index
+            alpha = torch.empty_like(alpha).index_copy_(0, graph.edge_perm.long(), alpha)
+        return out, (pyg_edge_index, alpha)
+
+    # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _pyg_path_reason(self, x: Any, edge_index: Any, edge_attr: Any,
+                         return_attention_weights: Any) -> Optional[str]:
+        """pyg_path_reason plus what this call's inputs need."""
+        reason = self.pyg_path_reason()
+        if reason is not None:
+            return reason
+        if torch.jit.is_scripting():
+            return "TorchScript"
+        if is_sparse(edge_index):
+            return "a sparse adjacency (PyG sets its diagonal)"
+        if self.flow != "source_to_target":
+            return f"flow={self.flow!r}"
+        if edge_attr is not None and self.lin_edge is None:
+            return "edge_attr without edge_dim"
+        if not isinstance(x, Tensor) and (len(x) != 2 or x[1] is None):
+            return "bipartite input without destination features"
+        if return_attention_weights and isinstance(edge_index, EdgeIndex):
+            return "EdgeIndex with return_attention_weights"
+        return None
+
+    @torch.jit.unused
+    def _attention_graph(self, edge_index: Any, num_src: int,
+                         num_dst: int) -> Tuple[Graph, Tensor, Optional[Tensor]]:
+        """(the graph the attention runs on, its edge_index in PyG's order,
+        the input edges it keeps or None for all). With add_self_loops:
+        input self loops removed, one loop per node below min(num_src,
+        num_dst) appended (PyG's order), built once per input graph."""
+        graph = Graph.from_input(edge_index, (num_src, num_dst))
+        if isinstance(edge_index, Graph):
+            edge_index = torch.stack([graph.col, graph.row]).long()
+        if not self.add_self_loops:
+            return graph, edge_index, None
+        num_loops = min(num_src, num_dst)
+        cached = graph.state.attention_graphs.get(num_loops)
+        if cached is None:
+            plain = edge_index.as_subclass(Tensor) if isinstance(edge_index, EdgeIndex) \
+                else edge_index
+            kept = (plain[0] != plain[1]).nonzero().view(-1)
+            loops = torch.arange(num_loops, device=plain.device, dtype=plain.dtype)
+            looped = torch.cat([plain.index_select(1, kept), torch.stack([loops, loops])], dim=1)
+            cached = (Graph.from_edge_index(looped, (num_src, num_dst)), looped, kept)
+            graph.state.attention_graphs[num_loops] = cached
+        return cached
+
+    @torch.jit.unused
+    def _edge_attr_in_csr_order(self, edge_attr: Tensor, graph: Graph, pyg_edge_index: Tensor,
+                                kept: Optional[Tensor], num_src: int, num_dst: int) -> Tensor:
+        """edge_attr with PyG's self-loop fill, in the graph's CSR order."""
+        if edge_attr.dim() == 1:
+            edge_attr = edge_attr.view(-1, 1)
+        if kept is not None:
+            num_kept = kept.numel()
+            _, edge_attr = add_self_loops(pyg_edge_index[:, :num_kept],
+                                          edge_attr.index_select(0, kept),
+                                          fill_value=self.fill_value,
+                                          num_nodes=min(num_src, num_dst))
+        if graph.edge_perm is not None:
+            edge_attr = edge_attr.index_select(0, graph.edge_perm.long())
+        return edge_attr

@@ -1,0 +1,194 @@
+"""GATv2Conv against torch_geometric's GATv2Conv with the same state_dict:
+every option, bipartite inputs, attention weights, dropout, PyG's path,
+torch.compile; on CUDA the fused kernels on a graph with a hub."""
+import pytest
+import torch
+import torch_geometric
+from _helpers import TOLERANCE, random_graph, relative_error
+from torch_geometric import EdgeIndex
+
+from pyg_ioaware import Graph
+from pyg_ioaware.nn import GATv2Conv
+
+PygGATv2Conv = torch_geometric.nn.GATv2Conv
+
+OPTIONS = {
+    "default": {},
+    "concat-false": {"concat": False},
+    "share-weights": {"share_weights": True},
+    "residual": {"residual": True},
+    "no-loops": {"add_self_loops": False},
+    "no-bias": {"bias": False},
+    "edge-mean": {"edge_dim": 3},
+    "edge-float": {"edge_dim": 3, "fill_value": 0.5},
+    "edge-add": {"edge_dim": 3, "fill_value": "add"},
+    "edge-max-1d": {"edge_dim": 1, "fill_value": "max"},
+    "three-heads": {"heads": 3, "negative_slope": 0.1},
+}
+
+
+def pair(in_channels, out_channels, dtype=torch.float64, **kwargs):
+    kwargs.setdefault("heads", 2)
+    torch.manual_seed(0)
+    ours = GATv2Conv(in_channels, out_channels, **kwargs).to(dtype)
+    ref = PygGATv2Conv(in_channels, out_channels, **kwargs).to(dtype)
+    ref.load_state_dict(ours.state_dict())
+    return ours, ref
+
+
+def run(conv, x, edge_index, edge_attr=None, weights=True):
+    """(output, attention weights, grads of x and every parameter)."""
+    xs = tuple(t.detach().clone().requires_grad_() for t in (x if isinstance(x, tuple) else (x,)))
+    inp = xs if isinstance(x, tuple) else xs[0]
+    conv.zero_grad()
+    out = conv(inp, edge_index, edge_attr, return_attention_weights=True if weights else None)
+    y, att = (out[0], out[1]) if weights else (out, None)
+    y.backward(torch.linspace(-1, 1, y.numel(), dtype=y.dtype, device=y.device).view_as(y))
+    grads = {n: p.grad for n, p in conv.named_parameters() if p.grad is not None}
+    return y, att, [t.grad for t in xs], grads
+
+
+def assert_runs_match(ours, ref, tol):
+    assert relative_error(ours[0], ref[0]) < tol
+    if ours[1] is not None:
+        assert torch.equal(ours[1][0].cpu(), ref[1][0].cpu())
+        assert relative_error(ours[1][1], ref[1][1]) < tol
+    for got, want in zip(ours[2], ref[2]):
+        assert relative_error(got, want) < tol
+    assert ours[3].keys() == ref[3].keys()
+    for name in ref[3]:
+        assert relative_error(ours[3][name], ref[3][name]) < tol, name
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_matches_pyg(option):
+    kwargs = dict(OPTIONS[option])
+    edge_index = random_graph(60, 60, 500, seed=1, hub_degree=80)
+    x = torch.randn(60, 12, dtype=torch.float64)
+    edge_dim = kwargs.get("edge_dim")
+    edge_attr = None if edge_dim is None else torch.randn(edge_index.size(1), edge_dim,
+                                                          dtype=torch.float64)
+    if edge_dim == 1:
+        edge_attr = edge_attr.view(-1)
+    ours, ref = pair(12, 5, **kwargs)
+    assert_runs_match(run(ours, x, edge_index, edge_attr), run(ref, x, edge_index, edge_attr),
+                      TOLERANCE[torch.float64] * 100)
+
+
+@pytest.mark.parametrize("share_weights", [False, True])
+def test_bipartite_matches_pyg(share_weights):
+    edge_index = random_graph(70, 30, 400, seed=2, hub_degree=50)
+    x = (torch.randn(70, 9, dtype=torch.float64), torch.randn(30, 9, dtype=torch.float64))
+    ours, ref = pair(9, 4, share_weights=share_weights, residual=True)
+    assert_runs_match(run(ours, x, edge_index), run(ref, x, edge_index), 1e-8)
+    ours, ref = pair((9, 9), 4, share_weights=share_weights, add_self_loops=False)
+    assert_runs_match(run(ours, x, edge_index), run(ref, x, edge_index), 1e-8)
+
+
+def test_edge_index_kinds_and_graph_input():
+    edge_index = random_graph(40, 40, 300, seed=3)
+    x = torch.randn(40, 8, dtype=torch.float64)
+    ours, ref = pair(8, 6)
+    expected = run(ref, x, edge_index, weights=False)
+    for adj in (EdgeIndex(edge_index, sparse_size=(40, 40)), edge_index.int()):
+        assert_runs_match(run(ours, x, adj, weights=False), expected, 1e-8)
+    graph = Graph.from_edge_index(edge_index, 40)
+    assert relative_error(run(ours, x, graph, weights=False)[0], expected[0]) < 1e-8
+
+
+def test_attention_weights_in_pyg_order_and_cached_loops():
+    edge_index = random_graph(50, 50, 300, seed=4)
+    x = torch.randn(50, 8, dtype=torch.float64)
+    ours, ref = pair(8, 3, heads=4)
+    out, (ei, alpha) = ours(x, edge_index, return_attention_weights=True)
+    ref_out, (ref_ei, ref_alpha) = ref(x, edge_index, return_attention_weights=True)
+    assert torch.equal(ei, ref_ei) and relative_error(alpha, ref_alpha) < 1e-10
+    graph = Graph.from_input(edge_index, (50, 50))
+    assert list(graph.state.attention_graphs) == [50]  # built once, reused
+    ours(x, edge_index)
+    assert len(graph.state.attention_graphs) == 1
+
+
+def test_dropout_is_fused_reproducible_and_unbiased():
+    edge_index = random_graph(80, 80, 1500, seed=5)
+    x = torch.randn(80, 8, dtype=torch.float64)
+    ours, ref = pair(8, 4, dropout=0.5)
+    ours.eval(), ref.eval()
+    assert relative_error(ours(x, edge_index), ref(x, edge_index)) < 1e-10  # eval: no dropout
+    ours.train()
+    torch.manual_seed(1)
+    first = ours(x, edge_index)
+    torch.manual_seed(1)
+    assert torch.equal(first, ours(x, edge_index))
+    runs = torch.stack([ours(x, edge_index) for _ in range(300)])
+    ours.eval()
+    clean = ours(x, edge_index)
+    # E[dropout(alpha)] = alpha: the mean over runs approaches the clean output.
+    assert relative_error(runs.mean(0), clean) < 0.1
+    assert relative_error(runs[0], clean) > 0.1
+
+
+def test_pyg_path_reasons():
+    edge_index = random_graph(30, 30, 100, seed=6)
+    ours, _ = pair(8, 4)
+    num_edges = edge_index.size(1)
+    adj = torch.sparse_coo_tensor(edge_index.flip(0), torch.ones(num_edges), (30, 30))
+    assert ours._pyg_path_reason(torch.zeros(30, 8), adj, None, None) is not None
+    assert ours._pyg_path_reason(torch.zeros(30, 8), edge_index, None, None) is None
+    assert "edge_attr" in ours._pyg_path_reason(torch.zeros(30, 8), edge_index,
+                                                 torch.zeros(num_edges, 2), None)
+    ours.explain = True
+    assert "explain" in ours._pyg_path_reason(torch.zeros(30, 8), edge_index, None, None)
+
+
+def test_compile_matches_eager():
+    edge_index = random_graph(40, 40, 300, seed=7)
+    x = torch.randn(40, 8)
+    conv1, conv2 = GATv2Conv(8, 8, heads=2), GATv2Conv(16, 4, heads=1)
+
+    def forward(x):
+        return conv2(conv1(x, edge_index).relu(), edge_index)
+
+    expected = forward(x)
+    assert relative_error(torch.compile(forward)(x), expected) < 1e-6
+
+
+# -------------------------------------------------------------------- CUDA
+def cuda_case(seed):
+    edge_index = random_graph(600, 600, 6000, seed=seed, hub_degree=2500).cuda()
+    assert torch.bincount(edge_index[1].cpu()).max() > 2000
+    return edge_index
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("option", ["default", "concat-false", "edge-mean", "three-heads",
+                                    "residual"])
+def test_cuda_matches_pyg(option):
+    kwargs = dict(OPTIONS[option])
+    edge_index = cuda_case(seed=8)
+    x = torch.randn(600, 24, device="cuda")
+    edge_attr = torch.randn(edge_index.size(1), 3, device="cuda") if "edge_dim" in kwargs \
+        else None
+    ours, ref = pair(24, 32, dtype=torch.float32, **kwargs)
+    ours, ref = ours.cuda(), ref.cuda()
+    assert_runs_match(run(ours, x, edge_index, edge_attr), run(ref, x, edge_index, edge_attr),
+                      1e-4)
+
+
+@pytest.mark.cuda
+def test_cuda_bf16_autocast_within_pyg_error():
+    edge_index = cuda_case(seed=9)
+    x = torch.randn(600, 64, device="cuda")
+    ours, ref = pair(64, 64, dtype=torch.float32)
+    ours, ref = ours.cuda(), ref.cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = run(ours, x, edge_index, weights=False)
+        ref_bf16 = run(ref, x, edge_index, weights=False)
+    expected = run(ref, x, edge_index, weights=False)
+    floor = TOLERANCE[torch.bfloat16]
+    assert got[0].dtype == ref_bf16[0].dtype
+    assert relative_error(got[0], expected[0]) <= 2 * relative_error(ref_bf16[0],
+                                                                     expected[0]) + floor
+    for name in expected[3]:
+        assert relative_error(got[3][name], expected[3][name]) <= 2 * relative_error(
+            ref_bf16[3][name], expected[3][name]) + floor, name
