@@ -458,3 +458,305 @@ def test_cli_runs_the_sage_minibatch_cases(tmp_path):
     for r in mini["results"]:
         assert r["status"] == "ok" and r["step_ms"] > 0, r
     assert all(c["pyg_over_ours"] > 0 for c in mini["comparisons"])
+
+
+# -------------------------------------------------------- attention family
+
+def test_attention_cases_are_registered():
+    from pyg_ioaware.bench.cases import attention
+
+    layer = cases.select("attention")
+    assert [(c.key, c.name) for c in layer] == [("gatv2-2x64", "GATv2Conv (2, 64)"),
+                                                ("gatv2-8x128", "GATv2Conv (8, 128)")]
+    for case, (heads, d) in zip(layer, [(2, 64), (8, 128)]):
+        assert case.family == "attention" and case.config == {"heads": heads, "D": d}
+        assert case.in_channels == heads * d and list(case.baselines) == ["pyg"]
+        assert case.bf16_over_fp32 == cases.BF16_OVER_FP32 and case.make_kernels is not None
+        assert case.kernel_bars == tuple(cases.KernelBar(attention.FWD_KERNEL, "pokec-like",
+                                                         0.6, p) for p in ("fp32", "bf16"))
+    two, eight = layer
+    assert two.bar == cases.Bar(fwd=10.0, bwd=6.0, mem=20.0) and eight.bar is None
+    assert two.absolute_bars == (cases.AbsoluteBar("arxiv-like", 0.85, 2.3),
+                                 cases.AbsoluteBar("pokec-like", 9.5, 28.0),
+                                 cases.AbsoluteBar("web-like", 9.2, 25.0))
+    assert eight.absolute_bars == ()
+    assert [c.key for c in cases.CASES.values()][-2:] == ["gatv2-2x64", "gatv2-8x128"]
+    (mini,) = cases.select("attention", cases.MINIBATCH_CASES)
+    assert (mini.key, mini.name) == ("gatv2", "GATv2Conv")
+
+
+def test_attention_graph_has_one_self_loop_per_node_built_once_per_graph():
+    from pyg_ioaware.bench.cases import attention
+
+    # 4 nodes: a self loop on node 1 (twice) and on node 3, a duplicate edge 0 -> 2.
+    edge_index = torch.tensor([[0, 1, 1, 0, 3, 2, 0], [2, 1, 1, 2, 3, 0, 1]])
+    looped = attention.one_self_loop_per_node(edge_index, 4, 4)
+    assert looped.tolist() == [[0, 0, 2, 0, 0, 1, 2, 3], [2, 2, 0, 1, 0, 1, 2, 3]]
+    src, dst = looped
+    loops = src[src == dst]
+    assert sorted(loops.tolist()) == [0, 1, 2, 3]  # exactly one per node
+    # Bipartite: loops for the nodes below min(num_src, num_dst).
+    assert attention.one_self_loop_per_node(torch.tensor([[4], [0]]), 5, 2).tolist() == [
+        [4, 0, 1], [0, 0, 1]]
+
+    # One build per graph: every workload of the graph shares it, another graph does not.
+    per_graph = {}
+    first = cases.Workload(edge_index, 4, "fp32", per_graph=per_graph)
+    again = cases.Workload(edge_index, 4, "bf16", per_graph=per_graph)
+    built = attention.looped_edge_index(first)
+    assert attention.looped_edge_index(again) is built and torch.equal(built, looped)
+    assert attention.looped_edge_index(cases.Workload(edge_index, 4, "fp32")) is not built
+
+
+def test_attention_bytes_models():
+    from pyg_ioaware.bench.cases import attention
+
+    # A toy graph: 5 nodes, 7 edges + 5 self loops = 12 entries; H=2, D=4, fp32.
+    nnz, n, h, d, s = 12, 5, 2, 4, 4
+    row = h * d * s  # 32 bytes
+    # fwd: x_l per entry, x_r and out per destination, lse (fp32) per destination and head.
+    assert attention.forward_bytes(nnz, n, h, d, s) == 12 * 32 + 2 * 5 * 32 + 5 * 2 * 4 == 744
+    # weights: x_l per entry, x_r and lse per destination, alpha fp32 per entry and head.
+    assert attention.weights_bytes(nnz, n, h, d, s) == 12 * 32 + 5 * 32 + 40 + 12 * 2 * 4
+    # bwd: 3 rows per entry, x_l + grad_x_l per source, x_r + grad_out + out + grad_x_r
+    # per destination, lse.
+    assert attention.backward_bytes(nnz, 6, n, h, d, s) == 3 * 12 * 32 + 2 * 6 * 32 + \
+        4 * 5 * 32 + 40
+    assert attention.backward_bytes(nnz, n, n, h, d, 2) == (36 + 10 + 20) * 16 + 40  # bf16
+
+
+def test_gatv2_kernels_alone_on_a_toy_graph(monkeypatch):
+    from pyg_ioaware.bench.bandwidth import measure_kernels
+    from pyg_ioaware.bench.cases import attention
+
+    torch.manual_seed(0)
+    n = 6
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 2], [1, 2, 3, 4, 5, 0, 3, 3]])
+    work = cases.Workload(edge_index, n, "fp32")
+    kernels = cases.CASES["gatv2-2x64"].make_kernels(work)
+    assert [k.name for k in kernels] == [attention.FWD_KERNEL, attention.WEIGHTS_KERNEL,
+                                         attention.BWD_KERNEL]
+    nnz = 8 + n  # the self loops count
+    assert [k.min_bytes for k in kernels] == [
+        attention.forward_bytes(nnz, n, 2, 64, 4), attention.weights_bytes(nnz, n, 2, 64, 4),
+        attention.backward_bytes(nnz, n, n, 2, 64, 4)]
+    assert all(k.info["hub_split"]["hub_rows"] == 0 for k in kernels)
+    rows = measure_kernels(kernels, torch.device("cpu"), 1.0)
+    assert all(r["status"] in ("ok", "unsupported") for r in rows), rows
+    try:
+        from pyg_ioaware.ops.attention import gatv2_reference  # noqa: F401
+    except ImportError:
+        pytest.skip("pyg_ioaware.ops.attention not there yet")
+    assert all(r["status"] == "ok" and r["ms"] > 0 for r in rows), rows
+    out, lse = kernels[0].run()
+    assert out.shape == (n, 2, 64) and lse.shape == (n, 2)
+    assert kernels[1].run().shape == (nnz, 2)
+    grad_x_l, grad_x_r, grad_att, _ = kernels[2].run()
+    assert grad_x_l.shape == grad_x_r.shape == (n, 2, 64) and grad_att.shape == (2, 64)
+
+    # An op the op layer lacks: its row is "unsupported", and so are the rows needing it.
+    from pyg_ioaware.ops import attention as ops_attention
+
+    monkeypatch.delattr(ops_attention, "gatv2_trusted")
+    rows = measure_kernels(cases.CASES["gatv2-2x64"].make_kernels(work), torch.device("cpu"),
+                           1.0)
+    assert [r["status"] for r in rows] == ["unsupported"] * 3
+    assert "gatv2_trusted is not available" in rows[0]["detail"]
+
+
+def test_gatv2_cases_match_pyg():
+    if not _has_nn("GATv2Conv"):
+        pytest.skip("pyg_ioaware.nn.GATv2Conv not there yet")
+    torch.manual_seed(0)
+    edge_index, n = graphs.generate("arxiv-like", SCALE)
+    work = cases.Workload(edge_index, n, "fp32")
+    case = cases.CASES["gatv2-2x64"]
+    ours = case.make_ours(work)
+    pyg = case.baselines["pyg"](work, ours)
+    x = torch.randn(n, 128, requires_grad=True)
+    out = ours.step(x)
+    (grad,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    x2 = x.detach().requires_grad_()
+    expected = pyg.step(x2)
+    (expected_grad,) = torch.autograd.grad(expected, x2, torch.ones_like(expected))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-4)
+
+
+def test_gatv2_minibatch_layers_share_state_and_outputs():
+    from torch_geometric.nn import GATv2Conv
+
+    mini = cases.MINIBATCH_CASES["gatv2"]
+    reference = minibatch.TwoLayer(mini.make_pyg, 64)
+    assert isinstance(reference.conv1, GATv2Conv)
+    # Hidden layer: 2 heads of 32 concatenated; output layer: 47 classes, heads averaged.
+    assert (reference.conv1.heads, reference.conv1.out_channels, reference.conv1.concat) == (
+        2, 32, True)
+    assert (reference.conv2.heads, reference.conv2.out_channels, reference.conv2.concat) == (
+        2, minibatch.NUM_CLASSES, False)
+    batch = minibatch.generate_batches(minibatch.SIZES["small"], scale=0.02, count=1)[0]
+    assert reference(batch.x, batch.edge_index).shape == (batch.num_nodes,
+                                                          minibatch.NUM_CLASSES)
+    if not _has_nn("GATv2Conv"):
+        pytest.skip("pyg_ioaware.nn.GATv2Conv not there yet")
+    model = minibatch.TwoLayer(mini.make_ours, 64)
+    reference.load_state_dict(model.state_dict())
+    torch.testing.assert_close(model(batch.x, batch.edge_index),
+                               reference(batch.x, batch.edge_index), atol=1e-4, rtol=1e-4)
+
+
+def test_cli_runs_the_attention_cases(tmp_path, capsys):
+    from pyg_ioaware.bench.cases import attention
+
+    out = tmp_path / "bench"
+    assert main(["--graphs", "arxiv-like", "--cases", "attention", "--dtypes", "fp32",
+                 "--iters", "1", "--warmup", "1", "--scale", str(SCALE), "--device", "cpu",
+                 "--minibatch", "none", "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    graph = data["graphs"]["arxiv-like"]
+    n, nnz = graph["num_nodes"], graph["num_edges"] + graph["num_nodes"]  # + one loop each
+
+    rows = data["results"]
+    assert [(r["case"], r["precision"], r["impl"]) for r in rows] == [
+        (name, "fp32", impl) for name in ("GATv2Conv (2, 64)", "GATv2Conv (8, 128)")
+        for impl in ("ours", "pyg")]
+    assert all(r["family"] == "attention" for r in rows)
+    for row in rows:
+        assert row["status"] in ("ok", "unsupported"), row
+        if row["impl"] == "pyg":  # PyG runs whether ours built or not
+            assert row["status"] == "ok" and row["fwd_ms"] > 0 and row["bwd_ms"] > 0
+
+    kernels = data["kernel_bandwidth"]["rows"]
+    assert "gatv2 fwd" in data["kernel_bandwidth"]["model"]
+    assert [(k["case"], k["kernel"]) for k in kernels] == [
+        (name, kernel) for name in ("GATv2Conv (2, 64)", "GATv2Conv (8, 128)")
+        for kernel in (attention.FWD_KERNEL, attention.WEIGHTS_KERNEL, attention.BWD_KERNEL)]
+    for k, (h, d) in zip(kernels, [(2, 64)] * 3 + [(8, 128)] * 3):
+        assert k["status"] in ("ok", "unsupported"), k
+        assert k["min_bytes"] == {
+            attention.FWD_KERNEL: attention.forward_bytes(nnz, n, h, d, 4),
+            attention.WEIGHTS_KERNEL: attention.weights_bytes(nnz, n, h, d, 4),
+            attention.BWD_KERNEL: attention.backward_bytes(nnz, n, n, h, d, 4)}[k["kernel"]]
+
+    bars = {c["check"]: c for c in data["bars"]}
+    where = "GATv2Conv (2, 64) fp32 vs pyg"
+    assert [bars[f"{where}: {label}"]["bar"] for label in (
+        "forward speedup", "backward speedup", "memory ratio")] == [10.0, 6.0, 20.0]
+    for name in ("GATv2Conv (2, 64)", "GATv2Conv (8, 128)"):
+        for phase in ("fwd", "bwd"):
+            assert bars[f"{name} bf16 vs our fp32: {phase} speedup"]["bar"] == 1.6
+        share = bars[f"{name} fp32 on pokec-like: {attention.FWD_KERNEL} share of copy"]
+        assert (share["bar"], share["status"], share["better"]) == (0.6, "n/a", "higher")
+    # Absolute bars hold at protocol size: n/a on a scaled arxiv-like, the value kept.
+    fwd = bars["GATv2Conv (2, 64) fp32 on arxiv-like: forward ms"]
+    assert (fwd["bar"], fwd["better"], fwd["status"], fwd["unit"]) == (0.85, "lower", "n/a",
+                                                                       "ms")
+    assert bars["GATv2Conv (2, 64) fp32 on web-like: backward ms"]["bar"] == 25.0
+    printed = capsys.readouterr().out
+    assert "GATv2Conv (2, 64) fp32 on arxiv-like: forward ms: " in printed
+
+    if not _has_nn("GATv2Conv"):
+        pytest.skip("pyg_ioaware.nn.GATv2Conv not there yet: our rows unchecked")
+    assert all(r["status"] == "ok" for r in rows)
+    assert fwd["value"] == rows[0]["fwd_ms"]
+    assert bars["ours runs on every graph (no OOM, no error)"]["status"] == "met"
+
+
+def test_named_graph_bars():
+    """Absolute ms bars and kernel share-of-copy bars on named graphs."""
+    from pyg_ioaware.bench.report import format_summary
+
+    def row(graph, fwd, bwd, status="ok"):
+        return {"graph": graph, "case": "GATv2Conv (2, 64)", "precision": "fp32", "impl": "ours",
+                "status": status, "fwd_ms": fwd, "bwd_ms": bwd, "peak_fwd_mb": None,
+                "peak_fwd_bwd_mb": None}
+
+    rows = [row("arxiv-like", 0.8, 2.5), row("pokec-like", None, None, "OOM")]
+    kernel_rows = [{"graph": "pokec-like", "case": "GATv2Conv (2, 64)", "precision": "fp32",
+                    "kernel": "gatv2 fwd (out, lse)", "status": "ok", "ms": 5.0, "gbs": 3000.0,
+                    "share_of_copy": 0.65},
+                   {"graph": "pokec-like", "case": "GATv2Conv (2, 64)", "precision": "bf16",
+                    "kernel": "gatv2 fwd (out, lse)", "status": "ok", "ms": 5.0, "gbs": 2000.0,
+                    "share_of_copy": 0.45}]
+    case = cases.CASES["gatv2-2x64"]
+    checks = {c["check"]: c for c in check_bars(rows, [case], kernel_rows=kernel_rows)}
+    where = "GATv2Conv (2, 64) fp32 on"
+    assert checks[f"{where} arxiv-like: forward ms"]["status"] == "met"  # 0.8 <= 0.85
+    assert checks[f"{where} arxiv-like: backward ms"]["status"] == "NOT met"  # 2.5 > 2.3
+    oom = checks[f"{where} pokec-like: forward ms"]
+    assert oom["status"] == "n/a" and oom["detail"].startswith("OOM")
+    assert checks[f"{where} web-like: backward ms"]["detail"].startswith("not run")
+    share = "on pokec-like: gatv2 fwd (out, lse) share of copy"
+    assert checks[f"GATv2Conv (2, 64) fp32 {share}"]["status"] == "met"
+    assert checks[f"GATv2Conv (2, 64) bf16 {share}"]["status"] == "NOT met"
+    text = format_summary([], list(checks.values()))
+    assert "arxiv-like: forward ms: 0.800 ms (bar <= 0.85)" in text
+    assert f"fp32 {share}: 65% (bar >= 0.6)" in text
+
+    # On scaled graphs the named-graph bars are n/a, their values kept.
+    scaled = {c["check"]: c for c in check_bars(rows, [case], kernel_rows=kernel_rows,
+                                                scale=0.5)}
+    for name in (f"{where} arxiv-like: forward ms", f"GATv2Conv (2, 64) fp32 {share}"):
+        assert scaled[name]["status"] == "n/a" and scaled[name]["value"] == checks[name]["value"]
+        assert "scaled by 0.5" in scaled[name]["detail"]
+
+
+def test_cli_append_merges_chunks(tmp_path):
+    out = tmp_path / "bench"
+    common = ["--cases", "gcn-d64", "--dtypes", "fp32", "--iters", "1", "--warmup", "0",
+              "--scale", str(SCALE), "--device", "cpu", "--minibatch", "none", "--out", str(out)]
+    assert main(["--graphs", "arxiv-like", *common]) == 0
+    assert main(["--graphs", "roads-like", "--append", *common]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert list(data["graphs"]) == ["arxiv-like", "roads-like"]
+    assert [(r["graph"], r["impl"]) for r in data["results"]] == [
+        (g, impl) for g in ("arxiv-like", "roads-like") for impl in ("ours", "pyg",
+                                                                     "torch.sparse")]
+    assert {k["graph"] for k in data["kernel_bandwidth"]["rows"]} == {"arxiv-like",
+                                                                        "roads-like"}
+    assert all(s["graphs"] == ["arxiv-like", "roads-like"] for s in data["summary"])
+    assert data["meta"]["cases_so_far"] == ["gcn-d64"]
+    assert [a["args"]["graphs"] for a in data["meta"]["appended_to"]] == [["arxiv-like"]]
+    # Measured again: replaced, not duplicated.
+    assert main(["--graphs", "roads-like", "--append", *common]) == 0
+    data = json.loads((out / "results.json").read_text())
+    assert [r["graph"] for r in data["results"]].count("roads-like") == 3
+    assert len(data["meta"]["appended_to"]) == 2
+    # Another scale cannot be mixed in.
+    other = [a if a != str(SCALE) else "0.003" for a in common]
+    assert main(["--graphs", "roads-like", "--append", *other]) == 2
+
+
+def test_minibatch_runs_pyg_when_ours_is_unsupported(tmp_path, monkeypatch):
+    import pyg_ioaware.nn
+
+    monkeypatch.delattr(pyg_ioaware.nn, "GATv2Conv", raising=False)
+    out = tmp_path / "bench"
+    assert main(["--cases", "none", "--minibatch-cases", "gatv2", "--dtypes", "fp32",
+                 "--iters", "1", "--warmup", "0", "--scale", "0.005", "--device", "cpu",
+                 "--minibatch", "small", "--out", str(out)]) == 0
+    mini = json.loads((out / "results.json").read_text())["minibatch"]
+    call = mini["batches"]["small"]["first_call"]["GATv2Conv"]
+    assert call["status"] == "unsupported" and "GATv2Conv" in call["detail"]
+    status = {r["impl"]: r["status"] for r in mini["results"]}
+    assert status == {"ours": "unsupported", "pyg": "ok", "ours-same-graph": "unsupported"}
+
+
+def test_slow_kernels_get_fewer_back_to_back_calls(monkeypatch):
+    import time
+
+    from pyg_ioaware.bench import bandwidth
+
+    calls = []
+
+    def kernel():
+        calls.append(1)
+        time.sleep(0.004)
+
+    cpu = torch.device("cpu")
+    bandwidth.time_back_to_back(kernel, cpu)  # fast enough: warm-up + every call
+    assert len(calls) == 1 + bandwidth.CALLS_CPU * bandwidth.REPEATS_CPU
+    calls.clear()
+    monkeypatch.setattr(bandwidth, "CALL_BUDGET_MS", 1.0)  # slower than the budget
+    ms = bandwidth.time_back_to_back(kernel, cpu)
+    assert len(calls) == 1 + bandwidth.REPEATS_CPU and ms >= 4.0  # one call per run

@@ -8,7 +8,10 @@ device's measured device-to-device copy bandwidth (bytes read plus bytes
 written). A kernel is timed back to back (``CALLS`` calls between two clock
 marks, the median of ``REPEATS`` such runs), so launch gaps hide behind
 execution; a CPU has no launch gaps to hide, and fewer calls keep the
-CPU-sized suite short.
+CPU-sized suite short. A slow kernel gets fewer calls per run, about
+``CALL_BUDGET_MS`` of work (at least one): a launch gap is nothing beside
+a call of tens of ms, and a 1-second kernel (GATv2 (8, 128) on
+products-like) would otherwise take minutes.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from .timing import Clock, oom_message
 
 CALLS, REPEATS = 20, 5
 CALLS_CPU, REPEATS_CPU = 2, 3
+# Back-to-back calls per run are capped to about this much work (see above).
+CALL_BUDGET_MS = 500.0
 COPY_BYTES = 1 << 30  # large enough to stream from HBM, not L2
 COPY_BYTES_CPU = 1 << 26
 
@@ -39,11 +44,18 @@ class Kernel:
 
 def time_back_to_back(fn: Callable[[], object], device: torch.device) -> float:
     """Median over REPEATS of the mean ms of CALLS back-to-back calls
-    (CALLS_CPU and REPEATS_CPU on a CPU)."""
+    (CALLS_CPU and REPEATS_CPU on a CPU; fewer calls where the warm-up call
+    took more than CALL_BUDGET_MS / CALLS)."""
     calls, repeats = (CALLS, REPEATS) if device.type == "cuda" else (CALLS_CPU, REPEATS_CPU)
     clock = Clock(device)
-    fn()  # warm-up (plans, caches)
     clock.synchronize()
+    start = clock.mark()
+    fn()  # warm-up (plans, caches)
+    end = clock.mark()
+    clock.synchronize()
+    warm_ms = clock.elapsed_ms(start, end)
+    if warm_ms > 0:
+        calls = max(1, min(calls, int(CALL_BUDGET_MS / warm_ms)))
     runs = []
     for _ in range(repeats):
         start = clock.mark()

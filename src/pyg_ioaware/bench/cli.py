@@ -6,11 +6,17 @@ every mini-batch size, the training step of a 2-layer model per mini-batch
 case (bench.minibatch). The JSON file is rewritten after every case, so a
 run cut short keeps what it measured; the short summary is printed last.
 Without a GPU a CPU-sized suite runs (see :func:`_default_sizes`).
+
+A long suite can run in chunks (e.g. a graph or two per command) into one
+folder with ``--append``: each chunk adds its rows to the results.json
+there (replacing rows it measures again), and the summary and the bar are
+computed over everything the folder holds.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import traceback
 from typing import Callable, Dict, List, Optional, Sequence
@@ -20,7 +26,7 @@ import torch
 from . import graphs as suite
 from . import minibatch
 from .bandwidth import copy_bandwidth_gbs, measure_kernels
-from .cases import MINIBATCH_CASES, OURS, Case, Impl, Unsupported, Workload, select
+from .cases import CASES, MINIBATCH_CASES, OURS, Case, Impl, Unsupported, Workload, select
 from .plot import plot
 from .progress import Progress
 from .report import (check_bars, comparisons, environment, format_bandwidth, format_graphs,
@@ -68,6 +74,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                         f"{', '.join(f'{c.key}: {c.name}' for c in MINIBATCH_CASES.values())}), "
                         "families, 'all' or 'none' (default: all)")
     p.add_argument("--out", default="bench_results", help="output folder (default bench_results/)")
+    p.add_argument("--append", action="store_true",
+                   help="add to the results.json in --out (from earlier runs on the same "
+                        "device at the same --scale and --seed) instead of starting afresh: "
+                        "rows measured again are replaced, the summary and the bar cover all "
+                        "(run a long suite in chunks of a few graphs)")
     p.add_argument("--quick", action="store_true",
                    help="arxiv-like, roads-like and tolokers-like only, fewer iterations")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
@@ -220,6 +231,8 @@ def run_kernels(case: Case, work: Workload, copy_gbs: float, progress: Progress,
     progress.note(f"{label} kernels alone ...")
     try:
         rows = measure_kernels(case.make_kernels(work), work.device, copy_gbs)
+    except Unsupported as error:
+        rows = [{"kernel": "all", "status": "unsupported", "detail": str(error)}]
     except torch.cuda.OutOfMemoryError as error:
         rows = [{"kernel": "all", "status": "OOM", "detail": oom_message(error)}]
     except Exception as error:  # keep a long run going, as run_case does
@@ -271,11 +284,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "results": [],
         "minibatch": {"batches": {}, "results": [], "comparisons": []},
     }
+    args.bar_cases, args.bar_minibatch_cases = args.cases, args.minibatch_cases
+    if args.append:
+        refusal = _append_previous(payload, json_path, args)
+        if refusal:
+            print(f"--append: {refusal}", flush=True)
+            return 2
     rows: List[Dict[str, object]] = payload["results"]
     total = (len(args.graphs) * len(args.dtypes) * sum(1 + len(c.baselines) for c in args.cases) +
              len(sizes) * len(args.minibatch_cases) * len(args.dtypes) * len(minibatch.VARIANTS))
     progress = Progress(total)
     for graph_name in args.graphs:
+        # What cases derive from this graph (Workload.derived), dropped with it.
+        per_graph: Dict[str, object] = {}
         ms, (edge_index, num_nodes) = time_once(
             lambda: suite.generate(graph_name, args.scale, device, args.seed), device)
         info = {"num_nodes": num_nodes, "num_edges": edge_index.size(1), "generate_ms": ms,
@@ -285,7 +306,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       f"Graph build {info['build_ms']:.2f} ms")
         for case in args.cases:
             for precision in args.dtypes:
-                work = Workload(edge_index, num_nodes, precision)
+                work = Workload(edge_index, num_nodes, precision, per_graph=per_graph)
                 label = f"{graph_name} {case.name} {precision}"
                 for row in run_case(case, work, args, progress, label):
                     rows.append({"graph": graph_name, "case": case.name, "key": case.key,
@@ -297,19 +318,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                               "precision": precision, **row})
                 free_memory(device)
                 _save(json_path, payload, args)
-        del edge_index
+        del edge_index, per_graph
         free_memory(device)
     for size in sizes:
         info, steps = minibatch.run_size(size, args.minibatch_cases, args.dtypes, args, progress)
+        earlier = payload["minibatch"]["batches"].get(size.name, {}).get("first_call", {})
+        info["first_call"] = {**earlier, **info["first_call"]}
         payload["minibatch"]["batches"][size.name] = info
         payload["minibatch"]["results"] += steps
         _save(json_path, payload, args)
     progress.close()
 
     _save(json_path, payload, args)
-    for table, shown in ((format_graphs(payload["graphs"]), args.graphs),
-                         (format_results(rows), args.graphs),
-                         (format_minibatch(payload["minibatch"]), sizes)):
+    for table, shown in ((format_graphs(payload["graphs"]), payload["graphs"]),
+                         (format_results(rows), rows),
+                         (format_minibatch(payload["minibatch"]), payload["minibatch"]["batches"])):
         if shown:
             print()
             print(table)
@@ -335,6 +358,58 @@ def _save(path: str, payload: Dict[str, object], args: argparse.Namespace) -> No
     mini = payload["minibatch"]
     mini["comparisons"] = minibatch_comparisons(mini["results"])
     payload.update(comparisons=comparisons(rows), summary=summarize(rows),
-                   bars=check_bars(rows, args.cases, mini["results"],
-                                   args.minibatch_cases if args.minibatch else []))
+                   bars=check_bars(rows, args.bar_cases, mini["results"],
+                                   args.bar_minibatch_cases
+                                   if args.minibatch or mini["results"] else [],
+                                   payload["kernel_bandwidth"]["rows"], args.scale))
     write_json(path, payload)
+
+
+def _append_previous(payload: Dict[str, object], path: str,
+                     args: argparse.Namespace) -> Optional[str]:
+    """Merge the results.json at ``path`` (an earlier run) into ``payload``
+    for --append: its rows, except those this run measures again (same
+    graph or batch, case and precision), its graphs and batches, its
+    deviations; ``args.bar_cases`` / ``args.bar_minibatch_cases`` become every
+    case either run covers. Returns why it cannot append (other device,
+    scale or seed), else None. No file there: nothing to merge."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        previous = json.load(f)
+    meta, before = payload["meta"], previous["meta"]
+    for what, now, then in (("device", meta["device_name"], before["device_name"]),
+                            ("--scale", args.scale, before["args"]["scale"]),
+                            ("--seed", args.seed, before["args"]["seed"])):
+        if now != then:
+            return (f"{path} was measured with {what} {then!r}, this run has {now!r}; "
+                    f"use another --out")
+    graphs, keys = set(args.graphs), {c.key for c in args.cases}
+    names, dtypes = {c.name for c in args.cases}, set(args.dtypes)
+    batches, mini_keys = set(args.minibatch), {c.key for c in args.minibatch_cases}
+    payload["results"] += [r for r in previous["results"] if not (
+        r["graph"] in graphs and r["key"] in keys and r["precision"] in dtypes)]
+    bandwidth = payload["kernel_bandwidth"]
+    bandwidth["rows"] += [r for r in previous["kernel_bandwidth"]["rows"] if not (
+        r["graph"] in graphs and r["case"] in names and r["precision"] in dtypes)]
+    bandwidth["model"] = "; ".join(dict.fromkeys(
+        m for text in (previous["kernel_bandwidth"]["model"], bandwidth["model"])
+        for m in text.split("; ") if m))
+    payload["graphs"].update(previous["graphs"])
+    mini, mini_before = payload["minibatch"], previous["minibatch"]
+    mini["batches"].update(mini_before["batches"])
+    mini["results"] += [r for r in mini_before["results"] if not (
+        r["batch"] in batches and r["key"] in mini_keys and r["precision"] in dtypes)]
+    meta["protocol_deviations"] = list(dict.fromkeys(
+        before["protocol_deviations"] + meta["protocol_deviations"]))
+    meta["appended_to"] = before.get("appended_to", []) + [
+        {"date": before["date"], "args": before["args"]}]
+    cases = before.get("cases_so_far", before["args"]["cases"]) + [c.key for c in args.cases]
+    mini_cases = (before.get("minibatch_cases_so_far", before["args"]["minibatch_cases"]) +
+                  [c.key for c in args.minibatch_cases])
+    meta["cases_so_far"] = list(dict.fromkeys(k for k in cases if k in CASES))
+    meta["minibatch_cases_so_far"] = list(dict.fromkeys(
+        k for k in mini_cases if k in MINIBATCH_CASES))
+    args.bar_cases = [CASES[k] for k in meta["cases_so_far"]]
+    args.bar_minibatch_cases = [MINIBATCH_CASES[k] for k in meta["minibatch_cases_so_far"]]
+    return None

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .cases import OURS, LayerBuilder, MinibatchCase
+from .cases import OURS, LayerBuilder, MinibatchCase, Unsupported
 from .progress import Progress
 from .timing import MB, Clock, autocast, free_memory, oom_message, time_once
 
@@ -269,15 +269,20 @@ def run_size(size: BatchSize, cases: Sequence[MinibatchCase], precisions: Sequen
     rows = []
     for case in cases:
         torch.manual_seed(args.seed)
-        state = TwoLayer(case.make_ours, size.channels).state_dict()
+        try:
+            state = TwoLayer(case.make_ours, size.channels).state_dict()
+        except Unsupported:  # our layer is missing: PyG's runs with its own weights
+            state = None
         for precision in precisions:
             for variant, (layers, new_graph) in VARIANTS.items():
                 progress.start(f"mini-batch {size.name} {case.name} {precision} {variant}")
                 make = case.make_ours if layers == "ours" else case.make_pyg
 
                 def measure() -> Dict[str, object]:
+                    torch.manual_seed(args.seed)
                     model = TwoLayer(make, size.channels).to(device)
-                    model.load_state_dict(state)
+                    if state is not None:
+                        model.load_state_dict(state)
                     return {"step_ms": time_training(model, batches, precision, new_graph,
                                                      args.iters, args.warmup)}
 
@@ -297,10 +302,12 @@ def run_size(size: BatchSize, cases: Sequence[MinibatchCase], precisions: Sequen
 
 
 def _guarded(fn: Callable[[], Dict[str, object]]) -> Dict[str, object]:
-    """``fn()`` with status "ok", or status "OOM" / "error" and a detail, so a
-    long run goes on."""
+    """``fn()`` with status "ok", or status "unsupported" / "OOM" / "error"
+    and a detail, so a long run goes on."""
     try:
         return {"status": "ok", **fn()}
+    except Unsupported as error:
+        return {"status": "unsupported", "detail": str(error)}
     except torch.cuda.OutOfMemoryError as error:
         return {"status": "OOM", "detail": oom_message(error)}
     except Exception as error:

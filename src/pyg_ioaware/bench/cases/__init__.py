@@ -9,16 +9,16 @@ A :class:`MinibatchCase` names one layer for the mini-batch cases
 (bench.minibatch): builders of our layer and of PyG's, from which the
 2-layer model is made.
 
-Each kernel family lives in its own module (``spmm``, ``reduce``;
-``attention`` later) and registers its layer cases and mini-batch cases
-there, with their bars and the bytes model of its aggregation kernels.
+Each kernel family lives in its own module (``spmm``, ``reduce``,
+``attention``) and registers its layer cases and mini-batch cases there,
+with their bars and the bytes model of its aggregation kernels.
 Importing this package imports every family module, so :data:`CASES` and
 :data:`MINIBATCH_CASES` are complete and the CLI picks them up.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +41,12 @@ class Workload:
     ``num_dst`` describe a bipartite graph (edges from ``num_src`` source
     nodes to ``num_dst`` destination nodes; unset, both are ``num_nodes``),
     ``heads`` the attention heads and ``edge_attr`` one feature row per edge.
+
+    ``per_graph``: what cases derive from the graph (e.g. the attention
+    family's graph with one self loop per node), shared by every Workload of
+    one graph: the CLI hands all cases and precisions of a graph the same
+    dict and drops it with the graph, so :meth:`derived` builds each such
+    structure once per graph, outside every timed region.
     """
     edge_index: Tensor
     num_nodes: int
@@ -49,6 +55,13 @@ class Workload:
     num_dst: Optional[int] = None
     heads: Optional[int] = None
     edge_attr: Optional[Tensor] = None
+    per_graph: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def derived(self, key: str, build: Callable[[], Any]) -> Any:
+        """``build()`` once per graph under ``key`` (see ``per_graph``)."""
+        if key not in self.per_graph:
+            self.per_graph[key] = build()
+        return self.per_graph[key]
 
     @property
     def device(self) -> torch.device:
@@ -83,6 +96,28 @@ class Bar:
 
 
 @dataclass(frozen=True)
+class AbsoluteBar:
+    """Our own layer on one named suite graph: median forward and backward
+    ms at most ``fwd_ms`` / ``bwd_ms`` (BENCHMARKS.md's absolute bars, set
+    for an H200 at protocol size: the check is n/a on scaled graphs)."""
+    graph: str
+    fwd_ms: float
+    bwd_ms: float
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class KernelBar:
+    """One kernel alone (bench.bandwidth, by its row name) on one named
+    suite graph reaches at least ``share`` of the device's measured copy
+    bandwidth under its family's bytes model (n/a on scaled graphs)."""
+    kernel: str
+    graph: str
+    share: float
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
 class Case:
     """One benchmark case.
 
@@ -93,7 +128,8 @@ class Case:
     than our fp32 (None: no such bar); ``make_kernels``: the aggregation
     kernels alone, for the effective-bandwidth table (bench.bandwidth), whose
     useful bytes follow the family's ``bytes_model`` (a formula, for the
-    report).
+    report); ``absolute_bars``: ms bars of our layer on named graphs;
+    ``kernel_bars``: share-of-copy bars of its kernels on named graphs.
     """
     key: str
     name: str
@@ -107,6 +143,8 @@ class Case:
     bf16_over_fp32: Optional[float] = None
     make_kernels: Optional[Callable[[Workload], List[Kernel]]] = None
     bytes_model: Optional[str] = None
+    absolute_bars: Tuple[AbsoluteBar, ...] = field(default=())
+    kernel_bars: Tuple[KernelBar, ...] = field(default=())
 
 
 # A layer builder for the mini-batch cases: (in_channels, out_channels) -> a
@@ -173,3 +211,4 @@ def select(spec: str, registry: Optional[Dict[str, C]] = None) -> List[C]:
 # Every family module registers its cases on import (in this order in "all").
 from . import spmm  # noqa: E402,F401
 from . import reduce  # noqa: E402,F401
+from . import attention  # noqa: E402,F401
