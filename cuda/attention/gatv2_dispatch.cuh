@@ -94,12 +94,14 @@ int dispatch(const P& p, std::initializer_list<int64_t> strides,
     if constexpr (std::is_same_v<scalar_t, double>) {
       return fail(PYGIO_ERR_INVALID_ARGUMENT, "GATv2 kernels take no float64");
     } else {
-    const int vec = widest_vector(sizeof(scalar_t), p.channels, strides, pointers);
+    // The kernels are built for 16-byte pieces or single elements only.
+    constexpr int kWide = 16 / sizeof(scalar_t);
+    const int vec =
+        widest_vector(sizeof(scalar_t), p.channels, strides, pointers) == kWide ? kWide : 1;
     const WarpLayout layout = channel_layout(p.channels, vec);
     const GatShape shape{layout, p.heads, p.channels};
     const int pieces = pieces_per_lane(p.channels, vec, layout);
     return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
-      constexpr int kWide = 16 / sizeof(scalar_t);
       if (vec == kWide)
         return with_pieces<scalar_t, index_t, kWide>(pieces, [&](auto t) { return go(t, shape); });
       return with_pieces<scalar_t, index_t, 1>(pieces, [&](auto t) { return go(t, shape); });
