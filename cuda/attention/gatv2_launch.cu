@@ -19,9 +19,11 @@ int64_t hub_slots(const pygio_gatv2_params& p) {
   return slots < p.a.num_rows ? slots : p.a.num_rows;
 }
 
-// Chunks the hubs can need: every hub entry in a full chunk but one per hub.
+// Chunks the hub list can count: every entry of a row that tried to
+// register in a full chunk but one per such row (rows refused by a full
+// list count theirs too, so the bound takes every row that can be a hub).
 int64_t max_chunks(const pygio_gatv2_params& p) {
-  return p.a.nnz / kGatHubChunk + hub_slots(p);
+  return p.a.nnz / kGatHubChunk + p.a.nnz / (PYGIO_ATTENTION_MIN_HUB_DEGREE + 1) + 1;
 }
 
 // Layout: counter, hub list, chunk (m, l) stats, chunk accumulators.
