@@ -222,7 +222,6 @@ def test_cuda_attention_weights_and_strided_inputs():
     edge_index, graph, x_l, x_r, att, _, _ = case(500, 500, 4000, 2, 32, seed=13, hub=1000,
                                                   device="cuda")
     fused = torch.cat([x_l, x_r], dim=-1).reshape(500, -1).float().cuda()  # [N, 2 * H * C]
-    view_l = fused[:, :64].view(500, 2, 32)[:, :, :]
     both = fused.view(500, 2, 64)
     x_l_view, x_r_view = both[:, :, :32], both[:, :, 32:]
     out, lse = attention.gatv2_attention(graph.rowptr, graph.col, x_l_view, x_r_view,
@@ -232,7 +231,7 @@ def test_cuda_attention_weights_and_strided_inputs():
     weights = attention.gatv2_attention_weights(graph.rowptr, graph.col, x_l_view, x_r_view,
                                                 att.float().cuda(), None, lse, SLOPE)
     assert relative_error(weights.double().cpu(), csr_order(graph, alpha)) < 4e-5
-    assert view_l.shape == (500, 2, 32)
+    assert x_l_view.stride(0) == 128  # the kernels read the strided views in place
 
 
 @pytest.mark.cuda
