@@ -59,15 +59,21 @@ def _entry_rows(rowptr: Tensor, nnz: int) -> Tensor:
                                    rowptr.diff().long(), output_size=nnz)
 
 
-def _scores(rowptr, col, x_l, x_r, att, edge, negative_slope):
-    """(row of each entry, x_l[col] in the accumulator dtype, scores [nnz, H])."""
+def _entries(rowptr, col, x_l, x_r, edge):
+    """(row of each entry, x_l[col] and z = x_l[col] + x_r[row] (+ edge)),
+    per entry in the accumulator dtype."""
     acc = accumulator_dtype(x_l.dtype)
     row = _entry_rows(rowptr, col.numel())
     x_j = x_l.to(acc).index_select(0, col.long())
     z = x_j + x_r.to(acc).index_select(0, row)
     if edge is not None:
         z = z + edge.to(acc)
-    return row, x_j, (F.leaky_relu(z, negative_slope) * att.to(acc)).sum(-1)
+    return row, x_j, z
+
+
+def _scores(z: Tensor, att: Tensor, negative_slope: float) -> Tensor:
+    """s = att . leaky_relu(z) per entry and head [nnz, H]."""
+    return (F.leaky_relu(z, negative_slope) * att.to(z.dtype)).sum(-1)
 
 
 def _lse(scores: Tensor, row: Tensor, num_rows: int) -> Tensor:
@@ -95,7 +101,8 @@ def gatv2_reference(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: 
     """(out, lse) of the module docstring in plain torch, differentiable
     (the CPU path and the oracle of the kernels); per-edge tensors."""
     num_rows = rowptr.numel() - 1
-    row, x_j, scores = _scores(rowptr, col, x_l, x_r, att, edge, negative_slope)
+    row, x_j, z = _entries(rowptr, col, x_l, x_r, edge)
+    scores = _scores(z, att, negative_slope)
     lse = _lse(scores, row, num_rows)
     alpha = torch.exp(scores - lse.index_select(0, row))
     factor = dropout_factor(seed, col.numel(), x_l.size(1), dropout_p, x_l.device, alpha.dtype)
@@ -158,22 +165,26 @@ def _heads_readable(t: Tensor) -> Tensor:
     return t.contiguous()
 
 
+def _kernel_inputs(x_l, x_r, edge, att):
+    """x_l, x_r, edge and att laid out as the kernels read them (att fp32)."""
+    return (_heads_readable(x_l), _heads_readable(x_r),
+            None if edge is None else edge.contiguous(), att.to(torch.float32).contiguous())
+
+
 # ----------------------------------------------------------------- kernels
 def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
                   hub_quantile) -> Tuple[Tensor, Tensor]:
     if not _kernels_take(x_l):
         return gatv2_reference(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
                                seed)
-    x_l, x_r = _heads_readable(x_l), _heads_readable(x_r)
-    edge = None if edge is None else edge.contiguous()
+    x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
     num_rows, heads, channels = rowptr.numel() - 1, x_l.size(1), x_l.size(2)
     out = torch.empty(num_rows, heads, channels, dtype=x_l.dtype, device=x_l.device)
     lse = torch.empty(num_rows, heads, dtype=torch.float32, device=x_l.device)
     if num_rows == 0:
         return out, lse
     degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
-    _native.gatv2(rowptr, col, x_l, x_r, edge, att.to(torch.float32).contiguous(),
-                  float(negative_slope), float(dropout_p), int(seed), degree, max_hubs, out, lse)
+    _native.gatv2(rowptr, col, x_l, x_r, edge, att32, float(negative_slope), float(dropout_p), int(seed), degree, max_hubs, out, lse)
     return out, lse
 
 
@@ -182,13 +193,12 @@ def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, 
     if not _kernels_take(x_l):
         return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out,
                                         negative_slope, dropout_p, seed)
-    x_l, x_r = _heads_readable(x_l), _heads_readable(x_r)
-    edge = None if edge is None else edge.contiguous()
+    x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
     grad_x_l, grad_x_r = torch.empty_like(x_l), torch.empty_like(x_r)
     grad_att = torch.empty(att.shape, dtype=torch.float32, device=x_l.device)
     grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
-    _native.gatv2_backward(rowptr, col, (rowptr_t, col_t, perm_t), x_l, x_r, edge,
-                           att.to(torch.float32).contiguous(), float(negative_slope),
+    _native.gatv2_backward(rowptr, col, (rowptr_t, col_t, perm_t), x_l, x_r, edge, att32,
+                           float(negative_slope),
                            float(dropout_p), int(seed), (None, 0, None, 0), out.contiguous(),
                            lse.contiguous(), grad_out.contiguous(), grad_x_l, grad_x_r, grad_att,
                            None if edge is None else grad_edge)
@@ -204,12 +214,8 @@ def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, ne
     leaky_relu(z), grad_x_l[j] = sum factor * alpha * grad_out[i] + dz."""
     acc = accumulator_dtype(x_l.dtype)
     num_rows = rowptr.numel() - 1
-    row = _entry_rows(rowptr, col.numel())
-    x_j = x_l.to(acc).index_select(0, col.long())
-    z = x_j + x_r.to(acc).index_select(0, row)
-    if edge is not None:
-        z = z + edge.to(acc)
-    scores = (F.leaky_relu(z, negative_slope) * att.to(acc)).sum(-1)
+    row, x_j, z = _entries(rowptr, col, x_l, x_r, edge)
+    scores = _scores(z, att, negative_slope)
     alpha = torch.exp(scores - _lse(scores, row, num_rows).index_select(0, row))
     factor = dropout_factor(seed, col.numel(), x_l.size(1), dropout_p, x_l.device, acc)
     weight = alpha if factor is None else alpha * factor
@@ -229,12 +235,12 @@ def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, ne
 
 def _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope) -> Tensor:
     if not _kernels_take(x_l):
-        row, _, scores = _scores(rowptr, col, x_l, x_r, att, edge, negative_slope)
+        row, _, z = _entries(rowptr, col, x_l, x_r, edge)
+        scores = _scores(z, att, negative_slope)
         return torch.exp(scores - lse.to(scores.dtype).index_select(0, row))
-    x_l, x_r = _heads_readable(x_l), _heads_readable(x_r)
+    x_l, x_r, edge, att = _kernel_inputs(x_l, x_r, edge, att)
     alpha = torch.empty(col.numel(), x_l.size(1), dtype=torch.float32, device=x_l.device)
-    _native.gatv2_alpha(rowptr, col, x_l, x_r, None if edge is None else edge.contiguous(),
-                        att.to(torch.float32).contiguous(), float(negative_slope),
+    _native.gatv2_alpha(rowptr, col, x_l, x_r, edge, att, float(negative_slope),
                         lse.contiguous(), alpha)
     return alpha
 
@@ -355,7 +361,7 @@ class GATv2Function(torch.autograd.Function):
         graph, t = ctx.graph, ctx.graph.transpose
         grad_x_l, grad_x_r, grad_att, grad_edge = gatv2_backward_trusted(
             graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, edge, out, lse,
-            grad_out.contiguous(), *ctx.params)
+            grad_out, *ctx.params)
         return (None, grad_x_l, grad_x_r, grad_att, grad_edge if ctx.has_edge else None,
                 None, None, None, None)
 
