@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from ..ops.aggregate import aggregate
-from ..ops.minmax import DEFAULT_HUB_QUANTILE
+from ..ops.hubs import DEFAULT_HUB_QUANTILE
 
 __all__ = ["SumAggregation", "MeanAggregation", "MinAggregation", "MaxAggregation"]
 

@@ -12,7 +12,7 @@ from torch_geometric.utils import add_self_loops, is_sparse
 from ..graph import Graph
 from ..ops.attention import graph_gatv2, gatv2_weights_trusted
 from ..ops.dropout import new_seed
-from ..ops.minmax import DEFAULT_HUB_QUANTILE
+from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .fused_message_passing import FusedMessagePassing
 
 # No __all__ here: PyG's generated propagate module star-imports this one

@@ -14,7 +14,7 @@ from torch_geometric.utils import is_sparse, is_torch_sparse_tensor, spmm
 
 from ..graph import Graph, NumNodes
 from ..ops.aggregate import aggregate, aggregate_unweighted
-from ..ops.minmax import DEFAULT_HUB_QUANTILE
+from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .fused_message_passing import FusedMessagePassing
 
 # No __all__ here: PyG's generated propagate module star-imports this one

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from ..graph import Graph, NumNodes
 from . import checks
-from .minmax import DEFAULT_HUB_QUANTILE, graph_minmax
+from .hubs import DEFAULT_HUB_QUANTILE
+from .minmax import graph_minmax
 from .normalize import weights_in_csr_order
 from .spmm_functional import FLOWS, _flat, _unflat, input_edge_weight, propagate
 

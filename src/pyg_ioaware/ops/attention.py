@@ -41,7 +41,7 @@ from .. import _native
 from . import checks
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
 from .dropout import keep_mask
-from .minmax import DEFAULT_HUB_QUANTILE, hub_degree
+from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
 __all__ = ["gatv2_attention", "gatv2_attention_backward", "gatv2_attention_weights",
            "gatv2_reference", "gatv2_backward_reference", "graph_gatv2", "GATv2Function"]

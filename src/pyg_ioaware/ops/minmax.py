@@ -33,7 +33,6 @@ access.
 """
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -41,16 +40,14 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .. import _native
-from ..graph import INT32_LIMIT, structure_state
+from ..graph import INT32_LIMIT
 from . import checks
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
+from .hubs import DEFAULT_HUB_QUANTILE, MIN_HUB_DEGREE, hub_degree  # noqa: F401 (re-exported)
 
 REDUCES = ("min", "max")
-DEFAULT_HUB_QUANTILE = 0.99
 #: arg of a row with no entry (PYGIO_ARG_EMPTY).
 ARG_EMPTY = -2**31
-#: Rows of at most this many entries are never split (PYGIO_MINMAX_MIN_HUB_DEGREE).
-MIN_HUB_DEGREE = 256
 
 
 # ------------------------------------------------------------- reference
@@ -103,30 +100,6 @@ def minmax_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, out: Tenso
     contribution = torch.where(code == sources, g, torch.where(takes, share, 0.0))
     grad_x = torch.zeros(x.shape, dtype=acc, device=x.device)
     return grad_x.index_add_(0, col.long(), contribution).to(x.dtype)
-
-
-# ---------------------------------------------------------- hub threshold
-def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tensor], int]:
-    """(the ``quantile`` quantile of the row degrees of a structure with
-    ``nnz`` entries, as an int64 device scalar; the most rows that can lie
-    above it and above MIN_HUB_DEGREE), or (None, 0) where no row can be a
-    hub. The quantile is computed once per structure and quantile, without
-    a host synchronisation, and kept beside the structure (StructureState);
-    the bound needs no device read: at most num_rows - k rows exceed the
-    k-th smallest degree. The k-th smallest comes from a device-wide sort:
-    torch's CUDA kthvalue selects within one thread block (radix passes over
-    every row on one SM: milliseconds for a mini-batch of 500k rows)."""
-    num_rows = rowptr.numel() - 1
-    k = min(max(math.ceil(quantile * num_rows), 1), num_rows) if num_rows > 0 else 0
-    max_hubs = min(num_rows - k, nnz // (MIN_HUB_DEGREE + 1))
-    if max_hubs <= 0:
-        return None, 0
-    state = structure_state(rowptr)
-    degree = state.hub_degrees.get(quantile)
-    if degree is None:
-        degree = torch.sort(rowptr.diff()).values[k - 1].long()
-        state.hub_degrees[quantile] = degree
-    return degree, max_hubs
 
 
 # ------------------------------------------------------------------ checks

@@ -201,7 +201,7 @@ def _attention_op(name: str) -> Callable:
 
 def _hub_quantile() -> float:
     try:
-        from pyg_ioaware.ops.minmax import DEFAULT_HUB_QUANTILE
+        from pyg_ioaware.ops.hubs import DEFAULT_HUB_QUANTILE
         return DEFAULT_HUB_QUANTILE
     except ImportError:
         return HUB_QUANTILE

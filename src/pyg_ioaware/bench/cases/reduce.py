@@ -89,7 +89,7 @@ def hub_split(graph, quantile: float) -> Dict[str, object]:
     (light rows) a warp each. ``used``: whether the kernels that run here split at all (CUDA
     with the native library; the plain-torch path does not)."""
     from pyg_ioaware.ops.dispatch import native_ready
-    from pyg_ioaware.ops.minmax import MIN_HUB_DEGREE, hub_degree
+    from pyg_ioaware.ops.hubs import MIN_HUB_DEGREE, hub_degree
 
     degree = graph.in_degree.long()
     num_rows, nnz = degree.numel(), graph.num_edges
