@@ -184,24 +184,10 @@ class SAGEConv(FusedMessagePassing):
         size: Size = None,
     ) -> Tensor:
         """PyG's SAGEConv.forward (MessagePassing.propagate)."""
-        if isinstance(x, Tensor):
-            x = (x, x)
-
-        if self.project and hasattr(self, "lin"):
-            x = (self.lin(x[0]).relu(), x[1])
-
+        pair = self._messages_from(x)
         # propagate_type: (x: OptPairTensor)
-        out = self.propagate(edge_index, x=x, size=size)
-        out = self.lin_l(out)
-
-        x_r = x[1]
-        if self.root_weight and x_r is not None:
-            out = out + self.lin_r(x_r)
-
-        if self.normalize:
-            out = F.normalize(out, p=2., dim=-1)
-
-        return out
+        out = self.propagate(edge_index, x=pair, size=size)
+        return self._combine(out, pair[1])
 
     @torch.jit.unused
     def fused_forward(
@@ -213,21 +199,26 @@ class SAGEConv(FusedMessagePassing):
         """One fused aggregation between the linear maps; same result as
         :meth:`pyg_forward`."""
         self.check_flow(edge_index)
+        pair = self._messages_from(x)
+        return self._combine(self._aggregate(pair, edge_index, size), pair[1])
+
+    def _messages_from(self, x: Union[Tensor, OptPairTensor]) -> OptPairTensor:
+        """(x_src, x_dst), x_src projected by ``lin`` and ReLU with ``project``
+        (both paths; TorchScript-compatible)."""
         if isinstance(x, Tensor):
             x = (x, x)
-
         if self.project and hasattr(self, "lin"):
             x = (self.lin(x[0]).relu(), x[1])
+        return x
 
-        out = self.lin_l(self._aggregate(x, edge_index, size))
-
-        x_r = x[1]
+    def _combine(self, aggregated: Tensor, x_r: Optional[Tensor]) -> Tensor:
+        """lin_l(aggregated) + lin_r(x_r) (with root_weight), normalized with
+        ``normalize`` (both paths; TorchScript-compatible)."""
+        out = self.lin_l(aggregated)
         if self.root_weight and x_r is not None:
             out = out + self.lin_r(x_r)
-
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
-
         return out
 
     def message(self, x_j: Tensor) -> Tensor:
