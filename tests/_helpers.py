@@ -86,3 +86,22 @@ def seed_of(*parts) -> int:
     """A reproducible seed from test parameters."""
     import zlib
     return zlib.crc32("-".join(str(p) for p in parts).encode()) % 100_000
+
+
+def spy_on_paths(monkeypatch, layer_class) -> list:
+    """The path each call of ``layer_class`` takes from now on, in order:
+    'fused' or 'pyg' (its fused_forward and pyg_forward wrapped)."""
+    taken = []
+    fused, pyg = layer_class.fused_forward, layer_class.pyg_forward
+
+    def spy_fused(self, *args, **kwargs):
+        taken.append("fused")
+        return fused(self, *args, **kwargs)
+
+    def spy_pyg(self, *args, **kwargs):
+        taken.append("pyg")
+        return pyg(self, *args, **kwargs)
+
+    monkeypatch.setattr(layer_class, "fused_forward", spy_fused)
+    monkeypatch.setattr(layer_class, "pyg_forward", spy_pyg)
+    return taken

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 import torch_geometric
-from _helpers import random_graph, relative_error
+from _helpers import random_graph, relative_error, spy_on_paths
 from torch_geometric.data import HeteroData
 from torch_geometric.explain import Explainer, GNNExplainer
 from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
@@ -23,20 +23,7 @@ PygGCNConv = torch_geometric.nn.GCNConv
 @pytest.fixture
 def paths(monkeypatch):
     """The path each GCNConv call took, in order: 'fused' or 'pyg'."""
-    taken = []
-    fused, pyg = GCNConv.fused_forward, GCNConv.pyg_forward
-
-    def spy_fused(self, *args, **kwargs):
-        taken.append("fused")
-        return fused(self, *args, **kwargs)
-
-    def spy_pyg(self, *args, **kwargs):
-        taken.append("pyg")
-        return pyg(self, *args, **kwargs)
-
-    monkeypatch.setattr(GCNConv, "fused_forward", spy_fused)
-    monkeypatch.setattr(GCNConv, "pyg_forward", spy_pyg)
-    return taken
+    return spy_on_paths(monkeypatch, GCNConv)
 
 
 def pair(in_channels=8, out_channels=5, **kwargs):

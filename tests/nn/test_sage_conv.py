@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 import torch_geometric
-from _helpers import TOLERANCE, random_graph, relative_error
+from _helpers import TOLERANCE, random_graph, relative_error, spy_on_paths
 from torch_geometric import EdgeIndex
 from torch_geometric.data import HeteroData
 from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
@@ -45,20 +45,7 @@ def _quiet_sparse_warnings():
 @pytest.fixture
 def paths(monkeypatch):
     """The path each SAGEConv call took, in order: 'fused' or 'pyg'."""
-    taken = []
-    fused, pyg = SAGEConv.fused_forward, SAGEConv.pyg_forward
-
-    def spy_fused(self, *args, **kwargs):
-        taken.append("fused")
-        return fused(self, *args, **kwargs)
-
-    def spy_pyg(self, *args, **kwargs):
-        taken.append("pyg")
-        return pyg(self, *args, **kwargs)
-
-    monkeypatch.setattr(SAGEConv, "fused_forward", spy_fused)
-    monkeypatch.setattr(SAGEConv, "pyg_forward", spy_pyg)
-    return taken
+    return spy_on_paths(monkeypatch, SAGEConv)
 
 
 def pair(in_channels=6, out_channels=5, dtype=torch.float64, integer_lin=False, **kwargs):
