@@ -1,178 +1,399 @@
-// GATv2 attention backward (contract: pygio_gatv2_backward). With
-// G[i,h] = <grad_out[i,h], out[i,h]>, alpha recomputed from lse,
-//   ds[e,h] = alpha[e,h] * (keep(e,h)/(1-p) * <grad_out[i,h], x_l[j,h]> - G[i,h]),
-//   dz[e,h,:] = ds[e,h] * att[h,:] * leaky_relu'(z[e,h,:]):
-// the destination pass (a warp per row of a) sums dz into grad_x_r, writes
-// grad_edge and accumulates grad_att; the source pass (a warp per row of
-// a_t) sums keep/(1-p) * alpha * grad_out[i] + dz into grad_x_l. Both
-// recompute the scores; only G (per node and head) passes between them.
+// GATv2 attention backward (contract: pygio_gatv2_backward). With alpha
+// recomputed from lse, f = keep(e,h)/(1-p), dot[e,h] = <grad_out[i,h,:],
+// x_l[j,h,:]> and v[e,h,:] = att[h,:] * leaky_relu'(z[e,h,:]):
+//   G[i,h]    = sum_{e into i} f alpha dot           (= <grad_out[i,h], out[i,h]>),
+//   ds[e,h]   = alpha (f dot - G[i,h]),  dz[e,h,:] = ds[e,h] v[e,h,:].
+// Destination pass, over a (rows = destinations i): one walk of each row
+// sums G, A = sum_e f alpha dot v and B = sum_e alpha v, then
+// grad_x_r[i] = sum_e dz = A - G B. G is exact in fp32 (never taken from
+// the rounded out) and goes to the workspace for the source pass.
+//  - gatv2_backward_rows_kernel: a warp per row, its heads in passes; a row
+//    above the hub threshold is only registered (its G zeroed);
+//  - gatv2_backward_hub_rows_kernel: a warp per (hub chunk, pass of heads)
+//    adds the chunk's G, A, B to the hub's with fp32 atomics;
+//  - gatv2_backward_hub_rows_finish_kernel: grad_x_r of each hub = A - G B.
+// Source pass, over a_t (rows = sources j; perm_t gives each entry's CSR
+// position e, for edge and the dropout counter), after the first:
+//   grad_x_l[j] = sum_{e=(j->i)} f alpha grad_out[i] + dz[e],
+//   grad_edge[e] = dz[e],  grad_att += sum_e ds[e] leaky_relu(z[e]),
+//  - gatv2_backward_sources_kernel: a warp per row, its heads in passes,
+//    grad_x_l summed in registers and written once; a row above the hub
+//    threshold is only registered;
+//  - gatv2_backward_hub_sources_kernel: a warp per (hub chunk, pass of
+//    heads) adds the chunk's grad_x_l terms to the hub's accumulator;
+//  - gatv2_backward_hub_sources_finish_kernel: each hub's accumulator into
+//    grad_x_l.
+// grad_att is summed per block in shared memory, then added to grad_att
+// (fp32, zeroed first) once per block.
 #pragma once
 
+#include "../common/hubs.cuh"
 #include "gatv2_kernel.cuh"
 
 namespace pygio {
 
-// The softmax-gradient terms of one entry from its recomputed score.
-struct EntryGrad {
-  float alpha_factor;  // keep/(1-p) * alpha: the weight of grad_out in grad_x_l
-  float ds;            // d loss / d score
+// The hub list of one pass and its fp32 accumulators (zeroed before).
+struct GatGradHubs {
+  HubList list;
+  const int64_t* degree;  // device scalar (NULL: no split)
+  float* acc;  // destination pass: [capacity, 2, heads * channels] (A, B); source pass:
+               // [capacity, heads * channels]
 };
 
-__device__ __forceinline__ EntryGrad entry_grad(float score, float lse, float g, float dot,
-                                                float factor) {
-  const float alpha = expf(score - lse);
-  return EntryGrad{factor * alpha, alpha * (factor * dot - g)};
+extern __shared__ float gat_att_shared[];
+
+// Where a block sums its grad_att terms: shared memory (heads * channels
+// floats, zeroed here) when `shared`, else grad_att itself. Every thread
+// of the block calls it.
+__device__ __forceinline__ float* begin_att_sums(const pygio_gatv2_backward_params& p,
+                                                 const GatShape& s, bool shared) {
+  if (!shared) return p.grad_att;
+  for (int64_t k = threadIdx.x; k < s.width(); k += blockDim.x) gat_att_shared[k] = 0.f;
+  __syncthreads();
+  return gat_att_shared;
 }
 
-// Destination pass: a warp per row of a (grid-stride, every head in turn).
-// grad_att partials are summed in shared memory (att_acc, heads * channels
-// floats) per block, then added to grad_att once per block.
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    gatv2_backward_rows_kernel(pygio_gatv2_backward_params p, GatShape s, float* g_out,
-                               bool shared_att) {
-  using index_t = typename Traits::index_t;
-  using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems;
-  extern __shared__ float shared_att_acc[];
-  float* att_acc = shared_att ? shared_att_acc : p.grad_att;
-  if (shared_att) {
-    for (int64_t k = threadIdx.x; k < s.width(); k += blockDim.x) shared_att_acc[k] = 0.f;
-    __syncthreads();
-  }
-  const auto* rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t row = blockIdx.x * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
-       row < p.a.num_rows; row += warps) {
-    const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    for (int64_t h = 0; h < s.heads; ++h) {
-      const int64_t node = row * s.width() + h * s.channels;
-      float att[E], xr[E], dout[E], out[E];
-      load_att<Traits>(p.att + h * s.channels, s, lane, att);
-      load_slice<Traits>(static_cast<const scalar_t*>(p.x_r) + row * p.x_r_row_stride +
-                             h * s.channels, s, lane, xr);
-      load_slice<Traits>(static_cast<const scalar_t*>(p.grad_out) + node, s, lane, dout);
-      load_slice<Traits>(static_cast<const scalar_t*>(p.out) + node, s, lane, out);
-      float partial = 0.f;
-#pragma unroll
-      for (int k = 0; k < E; ++k) partial += dout[k] * out[k];
-      const float g = group_sum(partial, s.layout);
-      const float lse = p.lse[row * s.heads + h];
-      float dxr[E] = {}, datt[E] = {};
-      for_each_entry<Traits>(p, s, lane, h, begin, end, att, xr,
-                             [&](int64_t e, bool real, const float (&xl)[E], const float (&z)[E],
-                                 float score) {
-        float dot = 0.f;
-#pragma unroll
-        for (int k = 0; k < E; ++k) dot += dout[k] * xl[k];
-        dot = group_sum(dot, s.layout);
-        if (!real) return;
-        const EntryGrad d = entry_grad(score, lse, g, dot,
-                                       dropout_factor(p.seed, e, h, p.dropout_p));
-        float dz[E];
-#pragma unroll
-        for (int k = 0; k < E; ++k) {
-          dz[k] = d.ds * att[k] * leaky_relu_grad(z[k], p.negative_slope);
-          dxr[k] += dz[k];
-          datt[k] += d.ds * leaky_relu(z[k], p.negative_slope);
-        }
-        if (p.grad_edge != nullptr)
-          store_slice<Traits>(static_cast<scalar_t*>(p.grad_edge) + e * s.width() +
-                                  h * s.channels, s, lane, dz);
-      });
-      sum_over_groups(dxr, s.layout);
-      sum_over_groups(datt, s.layout);
-      if (s.layout.sub_group(lane) == 0) {
-        store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_r) + node, s, lane, dxr);
-#pragma unroll
-        for (int q = 0; q < Traits::kPieces; ++q) {
-          const int64_t c = piece_channel<Traits>(s, lane, q);
-          if (c < 0) continue;
-#pragma unroll
-          for (int i = 0; i < Traits::kVec; ++i)
-            atomicAdd(att_acc + h * s.channels + c + i, datt[q * Traits::kVec + i]);
-        }
-      }
-      if (lane == 0) g_out[row * s.heads + h] = g;
-    }
-  }
-  if (shared_att) {
-    __syncthreads();
-    for (int64_t k = threadIdx.x; k < s.width(); k += blockDim.x)
-      atomicAdd(p.grad_att + k, shared_att_acc[k]);
-  }
+// Adds the block's shared sums to grad_att (every thread of the block calls it).
+__device__ __forceinline__ void end_att_sums(const pygio_gatv2_backward_params& p,
+                                             const GatShape& s, bool shared) {
+  if (!shared) return;
+  __syncthreads();
+  for (int64_t k = threadIdx.x; k < s.width(); k += blockDim.x)
+    if (gat_att_shared[k] != 0.f) atomicAdd(p.grad_att + k, gat_att_shared[k]);
 }
 
-// Source pass: a warp per row j of a_t (grid-stride, every head in turn):
-// grad_x_l[j] = sum over j's entries e = (j -> i) of
-// keep/(1-p) * alpha[e] * grad_out[i] + dz[e].
+// The destination pass's sums over entries [begin, end) of `row`, head h,
+// merged over the head's slots: g = sum_e f alpha dot, a = sum_e f alpha
+// dot v, b = sum_e alpha v.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    gatv2_backward_sources_kernel(pygio_gatv2_backward_params p, GatShape s, const float* g_in) {
+struct DestinationSums {
+  float g;
+  float a[Traits::kElems];
+  float b[Traits::kElems];
+};
+
+template <typename Traits>
+__device__ __forceinline__ DestinationSums<Traits> destination_sums(
+    const pygio_gatv2_backward_params& p, const GatShape& s, int lane, int64_t row, int64_t h,
+    int64_t begin, int64_t end) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems;
-  const auto* rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
-  const auto* col_t = static_cast<const index_t*>(p.a_t.col);
-  const auto* perm_t = static_cast<const index_t*>(p.perm_t);
-  const int lane = threadIdx.x % kWarpSize;
-  const int groups = s.layout.sub_groups();
-  const int group = s.layout.sub_group(lane);
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t src = blockIdx.x * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
-       src < p.a_t.num_rows; src += warps) {
-    const int64_t begin = rowptr_t[src], end = rowptr_t[src + 1];
-    for (int64_t h = 0; h < s.heads; ++h) {
-      float att[E], xl[E] = {}, dxl[E] = {};
-      load_att<Traits>(p.att + h * s.channels, s, lane, att);
-      if (end > begin)  // x_l may be NULL without entries
-        load_slice<Traits>(static_cast<const scalar_t*>(p.x_l) + src * p.x_l_row_stride +
-                               h * s.channels, s, lane, xl);
-      // Every lane of the warp takes the same number of steps (shuffles).
-      for (int64_t base = begin; base < end; base += groups) {
-        const int64_t t = base + group;
-        const bool real = t < end;
-        const int64_t dst = real ? static_cast<int64_t>(col_t[t]) : 0;
-        const int64_t e = real ? static_cast<int64_t>(perm_t[t]) : 0;
-        float z[E], dout[E];
-        if (real) {
-          load_slice<Traits>(static_cast<const scalar_t*>(p.x_r) + dst * p.x_r_row_stride +
-                                 h * s.channels, s, lane, z);
-          load_slice<Traits>(static_cast<const scalar_t*>(p.grad_out) + dst * s.width() +
-                                 h * s.channels, s, lane, dout);
-          if (p.edge != nullptr) {
-            float edge[E];
-            load_slice<Traits>(static_cast<const scalar_t*>(p.edge) + e * s.width() +
-                                   h * s.channels, s, lane, edge);
+  constexpr int E = Traits::kElems, U = Traits::kUnroll;
+  float att[E], xr[E], dout[E];
+  load_att<Traits>(p.att + h * s.channels, s, lane, att);
+  load_slice<Traits>(static_cast<const scalar_t*>(p.x_r) + row * p.x_r_row_stride +
+                         h * s.channels, s, lane, xr);
+  load_slice<Traits>(static_cast<const scalar_t*>(p.grad_out) + row * s.width() + h * s.channels,
+                     s, lane, dout);
+  const float lse = p.lse[row * s.heads + h];
+  DestinationSums<Traits> sums;
+  sums.g = 0.f;
 #pragma unroll
-            for (int k = 0; k < E; ++k) z[k] += edge[k];
+  for (int k = 0; k < E; ++k) sums.a[k] = sums.b[k] = 0.f;
+  for_each_step<Traits, true>(
+      p, s, lane, h, begin, end, att, xr, dout,
+      [&](const WalkStep<U, 1, index_t>& step, const float (&score)[U], const float (&dot)[U],
+          const EntryValues<Traits, U>& values) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (!step.real(u)) continue;
+          float xl[E], z[E];
+          values(u, xl, z);
+          const float alpha = expf(score[u] - lse);
+          const float w = dropout_factor(p.seed, step.pos(u), h, p.dropout_p) * alpha * dot[u];
+          sums.g += w;
+#pragma unroll
+          for (int k = 0; k < E; ++k) {
+            const float v = att[k] * leaky_relu_grad(z[k], p.negative_slope);
+            sums.a[k] += w * v;
+            sums.b[k] += alpha * v;
           }
-        } else {
-#pragma unroll
-          for (int k = 0; k < E; ++k) z[k] = dout[k] = 0.f;
         }
-        float dot = 0.f;
+      });
+  sums.g = sum_over_slots(sums.g, s);
+  sum_over_slots(sums.a, s);
+  sum_over_slots(sums.b, s);
+  return sums;
+}
+
+// The source pass's terms of entries [begin, end) of row `src` of a_t,
+// head h (i = col_t[t], e = perm_t[t]), merged over the head's slots:
+// dxl = sum f alpha grad_out[i] + dz, datt = sum ds leaky_relu(z); dz
+// written to grad_edge[e] where edge is given and the group is `active`.
+// g: G from the destination pass.
+template <typename Traits>
+__device__ __forceinline__ void source_grads(const pygio_gatv2_backward_params& p,
+                                             const GatShape& s, int lane, int64_t src, int64_t h,
+                                             bool active, int64_t begin, int64_t end,
+                                             const float* __restrict__ g,
+                                             float (&dxl)[Traits::kElems],
+                                             float (&datt)[Traits::kElems]) {
+  using index_t = typename Traits::index_t;
+  using scalar_t = typename Traits::scalar_t;
+  constexpr int E = Traits::kElems, U = Traits::kSourceUnroll;
 #pragma unroll
-        for (int k = 0; k < E; ++k) {
-          z[k] += xl[k];
-          dot += dout[k] * xl[k];
-        }
-        const float score = entry_score<Traits>(z, att, p.negative_slope, s.layout);
-        dot = group_sum(dot, s.layout);
-        if (!real) continue;
-        const EntryGrad d = entry_grad(score, p.lse[dst * s.heads + h], g_in[dst * s.heads + h],
-                                       dot, dropout_factor(p.seed, e, h, p.dropout_p));
+  for (int k = 0; k < E; ++k) dxl[k] = datt[k] = 0.f;
+  if (begin == end) return;  // x_l may be NULL without entries
+  const auto* __restrict__ x_r = static_cast<const scalar_t*>(p.x_r) + h * s.channels;
+  const auto* __restrict__ grad_out = static_cast<const scalar_t*>(p.grad_out) + h * s.channels;
+  const bool has_edge = p.edge != nullptr;
+  const scalar_t* __restrict__ edge =
+      has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
+  float att[E], xl[E];
+  load_att<Traits>(p.att + h * s.channels, s, lane, att);
+  load_slice<Traits>(static_cast<const scalar_t*>(p.x_l) + src * p.x_l_row_stride +
+                         h * s.channels, s, lane, xl);
+  const index_t* const index[2] = {static_cast<const index_t*>(p.a_t.col),
+                                   static_cast<const index_t*>(p.perm_t)};
+  walk_row<U, 2>(s, lane, begin, end, index, [&](const WalkStep<U, 2, index_t>& step) {
+    RawSlice<Traits> xr_raw[U], dout_raw[U], edge_raw[U];
+    float lse[U], g_dst[U];
 #pragma unroll
-        for (int k = 0; k < E; ++k)
-          dxl[k] += d.alpha_factor * dout[k] +
-                    d.ds * att[k] * leaky_relu_grad(z[k], p.negative_slope);
+    for (int u = 0; u < U; ++u) {
+      const int64_t dst = step.index[0][u];
+      if (step.real(u)) {
+        xr_raw[u].load(x_r + dst * p.x_r_row_stride, s, lane);
+        dout_raw[u].load(grad_out + dst * s.width(), s, lane);
+        lse[u] = p.lse[dst * s.heads + h];
+        g_dst[u] = g[dst * s.heads + h];
+      } else {
+        xr_raw[u].clear();
+        dout_raw[u].clear();
+        lse[u] = g_dst[u] = 0.f;
       }
-      sum_over_groups(dxl, s.layout);
-      if (group == 0)
-        store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + src * s.width() +
-                                h * s.channels, s, lane, dxl);
+      if (step.real(u) && has_edge)
+        edge_raw[u].load(edge + step.index[1][u] * s.width(), s, lane);
+      else
+        edge_raw[u].clear();
     }
+    // Entry u's x_r and grad_out slices and z, widened from the loads.
+    const auto values = [&](int u, float (&xr)[E], float (&dout)[E], float (&z)[E]) {
+      float edge_values[E];
+      xr_raw[u].to_float(xr);
+      dout_raw[u].to_float(dout);
+      edge_raw[u].to_float(edge_values);
+      entry_z(xl, xr, has_edge, edge_values, z);
+    };
+    float sums[2 * U];  // scores, then dots <grad_out[i], x_l[src]>
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      float xr[E], dout[E], z[E];
+      values(u, xr, dout, z);
+      sums[u] = score_part(z, att, p.negative_slope);
+      sums[U + u] = 0.f;
+#pragma unroll
+      for (int k = 0; k < E; ++k) sums[U + u] += dout[k] * xl[k];
+    }
+    group_sums(sums, s.layout);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (!step.real(u)) continue;
+      float xr[E], dout[E], z[E];
+      values(u, xr, dout, z);
+      const int64_t e = step.index[1][u];
+      const float factor = dropout_factor(p.seed, e, h, p.dropout_p);
+      const float alpha = expf(sums[u] - lse[u]);
+      const float ds = alpha * (factor * sums[U + u] - g_dst[u]);
+      float dz[E];
+#pragma unroll
+      for (int k = 0; k < E; ++k) {
+        dz[k] = ds * att[k] * leaky_relu_grad(z[k], p.negative_slope);
+        dxl[k] += factor * alpha * dout[k] + dz[k];
+        datt[k] += ds * leaky_relu(z[k], p.negative_slope);
+      }
+      if (has_edge && active)
+        store_slice<Traits>(static_cast<scalar_t*>(p.grad_edge) + e * s.width() + h * s.channels,
+                            s, lane, dz);
+    }
+  });
+  sum_over_slots(dxl, s);
+  sum_over_slots(datt, s);
+}
+
+// grad_x_r and G of every row of a that is not a hub: a warp per row
+// (grid-stride), its heads in passes; rows above the hub threshold are
+// registered for gatv2_backward_hub_rows_kernel instead (their G zeroed
+// for its atomics).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    gatv2_backward_rows_kernel(const __grid_constant__ pygio_gatv2_backward_params p, GatShape s,
+                               GatGradHubs hubs, float* __restrict__ g) {
+  using index_t = typename Traits::index_t;
+  using scalar_t = typename Traits::scalar_t;
+  constexpr int E = Traits::kElems;
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  const int64_t threshold = gat_hub_threshold(hubs.degree, hubs.list.capacity);
+  int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
+  int64_t next_begin = 0, next_end = 0;
+  if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
+  for (; row < p.a.num_rows; row += warps) {
+    const int64_t begin = next_begin, end = next_end;
+    if (row + warps < p.a.num_rows)
+      next_begin = rowptr[row + warps], next_end = rowptr[row + warps + 1];
+    if (end - begin > threshold && register_hub(hubs.list, row, end - begin, kGatHubChunk, lane)) {
+      for (int64_t h = lane; h < s.heads; h += kWarpSize) g[row * s.heads + h] = 0.f;
+      continue;
+    }
+    for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
+      const PassHead head = pass_head(s, lane, h0);
+      const DestinationSums<Traits> sums =
+          destination_sums<Traits>(p, s, lane, row, head.h, begin, end);
+      if (!head.active || s.slot(lane) != 0) continue;
+      float dxr[E];
+#pragma unroll
+      for (int k = 0; k < E; ++k) dxr[k] = sums.a[k] - sums.g * sums.b[k];
+      store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_r) + row * s.width() +
+                              head.h * s.channels, s, lane, dxr);
+      if (s.layout.lane_in_group(lane) == 0) g[row * s.heads + head.h] = sums.g;
+    }
+  }
+}
+
+// G, A and B of each (hub chunk, head) of a added to the hub's (G in g, A
+// and B in the accumulator): a warp per (chunk, pass of heads).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    gatv2_backward_hub_rows_kernel(const __grid_constant__ pygio_gatv2_backward_params p,
+                                   GatShape s, GatGradHubs hubs, float* __restrict__ g) {
+  using index_t = typename Traits::index_t;
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const int64_t num_hubs = hub_count(hubs.list);
+  if (num_hubs == 0) return;
+  const int64_t items = hub_chunk_count(hubs.list) * s.passes();
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                      threadIdx.x / kWarpSize;
+       item < items; item += warps) {
+    const int64_t chunk = item / s.passes();
+    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
+    int64_t begin, end;
+    const int64_t slot =
+        hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kGatHubChunk, &begin, &end);
+    if (begin == end) continue;  // counted for a row the full list refused
+    const int64_t row = hubs.list.hubs[slot].row;
+    const DestinationSums<Traits> sums =
+        destination_sums<Traits>(p, s, lane, row, head.h, begin, end);
+    if (!head.active || s.slot(lane) != 0) continue;
+    float* acc = hubs.acc + 2 * slot * s.width() + head.h * s.channels;
+    atomic_add_slice<Traits>(acc, s, lane, sums.a);
+    atomic_add_slice<Traits>(acc + s.width(), s, lane, sums.b);
+    if (s.layout.lane_in_group(lane) == 0) atomicAdd(g + row * s.heads + head.h, sums.g);
+  }
+}
+
+// grad_x_r[row, h, :] = A - G[row, h] B of each registered hub of a: a warp per hub.
+template <typename scalar_t>
+__global__ void gatv2_backward_hub_rows_finish_kernel(const __grid_constant__
+                                                      pygio_gatv2_backward_params p,
+                                                      GatShape s, GatGradHubs hubs,
+                                                      const float* __restrict__ g) {
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
+  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
+                      threadIdx.x / kWarpSize;
+       slot < num_hubs; slot += warps) {
+    const int64_t row = hubs.list.hubs[slot].row;
+    const float* a = hubs.acc + 2 * slot * s.width();
+    for (int64_t k = lane; k < s.width(); k += kWarpSize) {
+      const float dxr = a[k] - g[row * s.heads + k / s.channels] * a[s.width() + k];
+      static_cast<scalar_t*>(p.grad_x_r)[row * s.width() + k] = DTypeTraits<scalar_t>::store(dxr);
+    }
+  }
+}
+
+// grad_x_l, grad_edge and grad_att terms of every row of a_t that is not a
+// hub: a warp per row (grid-stride), its heads in passes; rows above the
+// hub threshold are registered for gatv2_backward_hub_sources_kernel instead.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    gatv2_backward_sources_kernel(const __grid_constant__ pygio_gatv2_backward_params p,
+                                  GatShape s, GatGradHubs hubs, const float* __restrict__ g,
+                                  bool shared_att) {
+  using index_t = typename Traits::index_t;
+  using scalar_t = typename Traits::scalar_t;
+  constexpr int E = Traits::kElems;
+  float* att_sums = begin_att_sums(p, s, shared_att);
+  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  const int64_t threshold = gat_hub_threshold(hubs.degree, hubs.list.capacity);
+  int64_t src = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
+  int64_t next_begin = 0, next_end = 0;
+  if (src < p.a_t.num_rows) next_begin = rowptr_t[src], next_end = rowptr_t[src + 1];
+  for (; src < p.a_t.num_rows; src += warps) {
+    const int64_t begin = next_begin, end = next_end;
+    if (src + warps < p.a_t.num_rows)
+      next_begin = rowptr_t[src + warps], next_end = rowptr_t[src + warps + 1];
+    if (end - begin > threshold && register_hub(hubs.list, src, end - begin, kGatHubChunk, lane))
+      continue;
+    for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
+      const PassHead head = pass_head(s, lane, h0);
+      float dxl[E], datt[E];
+      source_grads<Traits>(p, s, lane, src, head.h, head.active, begin, end, g, dxl, datt);
+      if (!head.active || s.slot(lane) != 0) continue;
+      store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + src * s.width() +
+                              head.h * s.channels, s, lane, dxl);
+      if (begin < end) atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
+    }
+  }
+  end_att_sums(p, s, shared_att);
+}
+
+// The grad_x_l terms of each (hub chunk, head) of a_t added to the hub's
+// accumulator (grad_edge and grad_att as in gatv2_backward_sources_kernel):
+// a warp per (chunk, pass of heads).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    gatv2_backward_hub_sources_kernel(const __grid_constant__ pygio_gatv2_backward_params p,
+                                      GatShape s, GatGradHubs hubs, const float* __restrict__ g,
+                                      bool shared_att) {
+  using index_t = typename Traits::index_t;
+  constexpr int E = Traits::kElems;
+  float* att_sums = begin_att_sums(p, s, shared_att);
+  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int64_t items = num_hubs > 0 ? hub_chunk_count(hubs.list) * s.passes() : 0;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                      threadIdx.x / kWarpSize;
+       item < items; item += warps) {
+    const int64_t chunk = item / s.passes();
+    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
+    int64_t begin, end;
+    const int64_t slot =
+        hub_chunk_range(hubs.list, num_hubs, rowptr_t, chunk, kGatHubChunk, &begin, &end);
+    if (begin == end) continue;  // counted for a row the full list refused
+    float dxl[E], datt[E];
+    source_grads<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin, end,
+                         g, dxl, datt);
+    if (!head.active || s.slot(lane) != 0) continue;
+    atomic_add_slice<Traits>(hubs.acc + slot * s.width() + head.h * s.channels, s, lane, dxl);
+    atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
+  }
+  end_att_sums(p, s, shared_att);
+}
+
+// grad_x_l[row] = the accumulator of each registered hub of a_t (cast): a
+// warp per hub.
+template <typename scalar_t>
+__global__ void gatv2_backward_hub_sources_finish_kernel(const __grid_constant__
+                                                         pygio_gatv2_backward_params p,
+                                                         GatShape s, GatGradHubs hubs) {
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
+  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
+                      threadIdx.x / kWarpSize;
+       slot < num_hubs; slot += warps) {
+    const int64_t row = hubs.list.hubs[slot].row;
+    for (int64_t k = lane; k < s.width(); k += kWarpSize)
+      static_cast<scalar_t*>(p.grad_x_l)[row * s.width() + k] =
+          DTypeTraits<scalar_t>::store(hubs.acc[slot * s.width() + k]);
   }
 }
 

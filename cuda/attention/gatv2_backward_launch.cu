@@ -1,5 +1,6 @@
 // Entry points of the GATv2 attention backward: checks, workspace (G per
-// node and head), the destination pass over a, then the source pass over a_t.
+// node and head, the two passes' hub lists and accumulators), the
+// destination pass over a, then the source pass over a_t.
 #include "../common/device_guard.h"
 #include "../common/grid.h"
 #include "gatv2_backward_kernel.cuh"
@@ -8,13 +9,43 @@
 namespace pygio {
 namespace {
 
+using gatv2::round_up;
+
 // Per-block grad_att sums live in shared memory up to this size; wider
 // heads * channels add to grad_att in global memory directly.
 constexpr size_t kMaxSharedAttBytes = 48 * 1024;
 
-size_t backward_workspace_bytes(const pygio_gatv2_backward_params& p) {
-  return gatv2::round_up(p.a.num_rows * p.heads * sizeof(float));
+// Hub slots of one pass over a structure of `rows` rows: at most max_hubs,
+// and no more rows than can hold more than PYGIO_ATTENTION_MIN_HUB_DEGREE
+// entries.
+int64_t hub_slots(const int64_t* degree, int64_t max_hubs, int64_t nnz, int64_t rows) {
+  if (degree == nullptr || nnz == 0) return 0;
+  const int64_t bound = nnz / (PYGIO_ATTENTION_MIN_HUB_DEGREE + 1);
+  const int64_t slots = max_hubs < bound ? max_hubs : bound;
+  return slots < rows ? slots : rows;
 }
+
+// Workspace layout: G [num_rows, heads]; then, where either pass has hub
+// slots, the two hub counters and both passes' accumulators (a: A and B
+// per hub, a_t: grad_x_l per hub; zeroed by one memset), then both hub
+// lists.
+struct BackwardLayout {
+  int64_t slots_a, slots_t;
+  size_t counters, acc_a, acc_t, list_a, list_t, zeroed_bytes, total;
+
+  explicit BackwardLayout(const pygio_gatv2_backward_params& p) {
+    const size_t width = static_cast<size_t>(p.heads * p.channels);
+    slots_a = hub_slots(p.hub_degree, p.max_hubs, p.a.nnz, p.a.num_rows);
+    slots_t = hub_slots(p.hub_degree_t, p.max_hubs_t, p.a.nnz, p.a.num_cols);
+    counters = round_up(p.a.num_rows * p.heads * sizeof(float));
+    acc_a = counters + gatv2::kAlign;
+    acc_t = acc_a + round_up(2 * slots_a * width * sizeof(float));
+    list_a = acc_t + round_up(slots_t * width * sizeof(float));
+    list_t = list_a + round_up(slots_a * sizeof(HubEntry));
+    zeroed_bytes = list_a - counters;
+    total = slots_a + slots_t == 0 ? counters : list_t + round_up(slots_t * sizeof(HubEntry));
+  }
+};
 
 int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
   PYGIO_TRY(gatv2::check_inputs(p, entry));
@@ -23,15 +54,14 @@ int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
   PYGIO_CHECK_ARG(p.a_t.num_rows == p.a.num_cols && p.a_t.num_cols == p.a.num_rows &&
                       p.a_t.nnz == p.a.nnz && p.a_t.index_bits == p.a.index_bits,
                   entry_message(entry, "a_t must be the transpose of a"));
+  PYGIO_CHECK_ARG(p.max_hubs >= 0 && p.max_hubs_t >= 0,
+                  entry_message(entry, "max_hubs and max_hubs_t must be non-negative"));
   PYGIO_CHECK_ARG(p.grad_att != nullptr, entry_message(entry, "grad_att must not be NULL"));
   PYGIO_CHECK_ARG((p.edge == nullptr) == (p.grad_edge == nullptr),
                   entry_message(entry, "grad_edge must be given exactly when edge is"));
   if (p.a.num_rows > 0) {
-    PYGIO_CHECK_ARG(p.out != nullptr && p.lse != nullptr && p.grad_out != nullptr &&
-                        p.grad_x_r != nullptr,
-                    entry_message(entry, "out, lse, grad_out and grad_x_r must not be NULL"));
-    PYGIO_CHECK_ARG(p.workspace != nullptr && gatv2::aligned(p.workspace),
-                    entry_message(entry, "this call needs a 16-byte aligned workspace"));
+    PYGIO_CHECK_ARG(p.lse != nullptr && p.grad_out != nullptr && p.grad_x_r != nullptr,
+                    entry_message(entry, "lse, grad_out and grad_x_r must not be NULL"));
   }
   if (p.a.num_cols > 0) {
     PYGIO_CHECK_ARG(p.grad_x_l != nullptr && p.a_t.rowptr != nullptr && p.att != nullptr,
@@ -39,30 +69,74 @@ int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
   }
   PYGIO_CHECK_ARG(p.a.nnz == 0 || p.perm_t != nullptr,
                   entry_message(entry, "perm_t must not be NULL"));
+  PYGIO_CHECK_ARG(BackwardLayout(p).total == 0 || p.workspace != nullptr,
+                  entry_message(entry, "this call needs a workspace"));
+  PYGIO_CHECK_ARG(gatv2::aligned(p.workspace),
+                  entry_message(entry, "workspace must be 16-byte aligned"));
   return PYGIO_OK;
 }
 
 template <typename Traits>
 int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
                     cudaStream_t stream) {
-  auto* g = static_cast<float*>(p.workspace);
-  PYGIO_CHECK_CUDA(cudaMemsetAsync(p.grad_att, 0, p.heads * p.channels * sizeof(float), stream));
+  using scalar_t = typename Traits::scalar_t;
+  constexpr int kThreads = Traits::kThreadsPerBlock;
+  const BackwardLayout layout(p);
+  auto* base = static_cast<char*>(p.workspace);
+  auto* g = reinterpret_cast<float*>(base);
+  GatGradHubs hubs_a{HubList{nullptr, nullptr, 0}, p.hub_degree, nullptr};
+  GatGradHubs hubs_t{HubList{nullptr, nullptr, 0}, p.hub_degree_t, nullptr};
+  if (layout.slots_a + layout.slots_t > 0) {
+    auto* counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
+    if (layout.slots_a > 0) {
+      hubs_a.list = HubList{counters, reinterpret_cast<HubEntry*>(base + layout.list_a),
+                            layout.slots_a};
+      hubs_a.acc = reinterpret_cast<float*>(base + layout.acc_a);
+    }
+    if (layout.slots_t > 0) {
+      hubs_t.list = HubList{counters + 1, reinterpret_cast<HubEntry*>(base + layout.list_t),
+                            layout.slots_t};
+      hubs_t.acc = reinterpret_cast<float*>(base + layout.acc_t);
+    }
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(base + layout.counters, 0, layout.zeroed_bytes, stream));
+  }
+  const size_t att_bytes = p.heads * p.channels * sizeof(float);
+  const bool shared_att = att_bytes <= kMaxSharedAttBytes;
+  const size_t shared_bytes = shared_att ? att_bytes : 0;
+  PYGIO_CHECK_CUDA(cudaMemsetAsync(p.grad_att, 0, att_bytes, stream));
   unsigned grid = 0;
+  // Destination pass: grad_x_r and G.
   if (p.a.num_rows > 0) {
-    const size_t att_bytes = p.heads * p.channels * sizeof(float);
-    const bool shared_att = att_bytes <= kMaxSharedAttBytes;
-    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                            p.device, &grid));
-    gatv2_backward_rows_kernel<Traits>
-        <<<grid, Traits::kThreadsPerBlock, shared_att ? att_bytes : 0, stream>>>(p, shape, g,
-                                                                                 shared_att);
+    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    gatv2_backward_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
+  if (layout.slots_a > 0) {
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_a) * shape.passes(),
+                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    gatv2_backward_hub_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    PYGIO_TRY(resident_grid(layout.slots_a, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    gatv2_backward_hub_rows_finish_kernel<scalar_t>
+        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  // Source pass: grad_x_l, grad_edge and grad_att.
   if (p.a.num_cols > 0) {
-    PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                            p.device, &grid));
+    PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
     gatv2_backward_sources_kernel<Traits>
-        <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, g);
+        <<<grid, kThreads, shared_bytes, stream>>>(p, shape, hubs_t, g, shared_att);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  if (layout.slots_t > 0) {
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_t) * shape.passes(),
+                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    gatv2_backward_hub_sources_kernel<Traits>
+        <<<grid, kThreads, shared_bytes, stream>>>(p, shape, hubs_t, g, shared_att);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    PYGIO_TRY(resident_grid(layout.slots_t, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    gatv2_backward_hub_sources_finish_kernel<scalar_t>
+        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_t);
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   return PYGIO_OK;
@@ -77,7 +151,9 @@ extern "C" int pygio_gatv2_backward_workspace_size(const pygio_gatv2_backward_pa
   PYGIO_TRY(check_params(params, __func__));
   PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
   PYGIO_TRY(gatv2::check_inputs(*params, __func__));
-  *bytes = backward_workspace_bytes(*params);
+  PYGIO_CHECK_ARG(params->max_hubs >= 0 && params->max_hubs_t >= 0,
+                  entry_message(__func__, "max_hubs and max_hubs_t must be non-negative"));
+  *bytes = BackwardLayout(*params).total;
   return ok();
 }
 
@@ -86,15 +162,16 @@ extern "C" int pygio_gatv2_backward(const pygio_gatv2_backward_params* params) {
   PYGIO_TRY(check_params(params, __func__));
   PYGIO_TRY(check_backward(*params, __func__));
   const pygio_gatv2_backward_params& p = *params;
+  gatv2::Plan plan;
+  PYGIO_TRY(gatv2::make_plan(
+      p.dtype, p.heads, p.channels, {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
+      {p.x_l, p.x_r, p.edge, p.grad_out, p.grad_x_l, p.grad_x_r, p.grad_edge}, __func__,
+      &plan));
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const int64_t width = p.heads * p.channels;
-  PYGIO_TRY(gatv2::dispatch(
-      p, {p.x_l_row_stride, p.x_r_row_stride, width},
-      {p.x_l, p.x_r, p.edge, p.out, p.grad_out, p.grad_x_l, p.grad_x_r, p.grad_edge},
-      [&](auto traits, const GatShape& s) {
-        return launch_backward<decltype(traits)>(p, s, stream);
-      }));
+  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
+    return launch_backward<decltype(traits)>(p, s, stream);
+  }));
   return ok();
 }

@@ -1,6 +1,6 @@
 // Host side shared by the GATv2 entries: the checks every entry applies to
-// the inputs they share, the lane layout, and the dispatch from runtime
-// dtype / index width / vector width / pieces per lane to GatTraits.
+// the inputs they share, the lane layout of a head, and the dispatch from
+// runtime dtype / index width / vector width / pieces per lane to GatTraits.
 #pragma once
 
 #include <string>
@@ -18,6 +18,17 @@ constexpr size_t kAlign = 16;
 inline size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 inline bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kAlign == 0; }
 
+// Pieces per lane the kernels are built for (1, 2, 4, 8), and at most 32
+// channels a lane (registers): up to 1024 channels a head in 16-byte
+// pieces, up to 256 one channel at a time.
+constexpr int kMaxPieces = 8;
+constexpr int kMaxElemsPerLane = 32;
+
+inline int64_t max_channels(int vec) {
+  const int pieces = kMaxElemsPerLane / vec < kMaxPieces ? kMaxElemsPerLane / vec : kMaxPieces;
+  return int64_t{kWarpSize} * pieces * vec;
+}
+
 // Checks of the fields pygio_gatv2, _backward and _alpha share (no device
 // access): the CSR, dtype (fp32 / fp16 / bf16), heads and channels, x_l
 // and x_r with their row strides, att.
@@ -26,12 +37,13 @@ int check_inputs(const P& p, const char* entry) {
   PYGIO_TRY(check_csr(p.a, entry));
   PYGIO_CHECK_ARG(p.dtype == PYGIO_FLOAT32 || p.dtype == PYGIO_FLOAT16 ||
                       p.dtype == PYGIO_BFLOAT16,
-                  entry_message(entry, "dtype must be float32, float16 or bfloat16"));
+                  entry_message(entry, "dtype must be float32, float16 or bfloat16, got code " +
+                                           std::to_string(p.dtype)));
   PYGIO_CHECK_ARG(p.heads > 0 && p.channels > 0,
                   entry_message(entry, "heads and channels must be positive"));
   if (p.a.num_rows > 0) {
-    PYGIO_CHECK_ARG(p.x_r != nullptr && p.att != nullptr,
-                    entry_message(entry, "x_r and att must not be NULL"));
+    PYGIO_CHECK_ARG(p.a.rowptr != nullptr && p.x_r != nullptr && p.att != nullptr,
+                    entry_message(entry, "rowptr, x_r and att must not be NULL"));
     PYGIO_TRY(check_row_stride(p.x_r_row_stride, p.heads * p.channels, "x_r", entry));
   }
   if (p.a.nnz > 0) {
@@ -46,28 +58,52 @@ inline int check_dropout(float p, const char* entry) {
   return PYGIO_OK;
 }
 
-// The lane layout for `channels` channels read kVec at a time: groups of
-// lanes = the pieces rounded up to a power of two, at most 32.
-inline WarpLayout channel_layout(int64_t channels, int vec) {
+// How the kernels cover a row: kVec channels per load (16 bytes where
+// channels, every row stride and every base pointer allow, else 1), groups
+// of `layout.lanes()` lanes (a head's pieces rounded up to a power of two,
+// at most 32), `pieces` pieces per lane (a power of two), and 2^head_shift
+// heads a pass (as many of the warp's groups as there are heads, rounded
+// down to a power of two; the other factor are entry slots).
+struct Plan {
+  int vec;
+  WarpLayout layout;
+  int pieces;
+  int head_shift;
+};
+
+// The plan for `heads` heads of `channels` channels of a dtype checked by
+// check_inputs; PYGIO_ERR_UNSUPPORTED above max_channels. `strides` and
+// `pointers`: every row stride (elements) and base pointer the kernels
+// read or write with vector accesses.
+inline int make_plan(int32_t dtype, int64_t heads, int64_t channels,
+                     std::initializer_list<int64_t> strides,
+                     std::initializer_list<const void*> pointers, const char* entry,
+                     Plan* plan) {
+  const size_t element = dtype == PYGIO_FLOAT32 ? 4 : 2;
+  const int wide = static_cast<int>(16 / element);
+  const int vec = widest_vector(element, channels, strides, pointers) == wide ? wide : 1;
+  if (channels > max_channels(vec))
+    return fail(PYGIO_ERR_UNSUPPORTED,
+                entry_message(entry, "heads of " + std::to_string(channels) +
+                                         " channels are not supported (at most " +
+                                         std::to_string(max_channels(wide)) +
+                                         " with 16-byte aligned rows, else " +
+                                         std::to_string(max_channels(1)) + ")"));
   const int64_t pieces = channels / vec;
   int shift = 0;
   while (shift < 5 && (int64_t{1} << shift) < pieces) ++shift;
-  return WarpLayout{shift};
+  const int64_t lanes = int64_t{1} << shift;
+  const int64_t needed = (pieces + lanes - 1) / lanes;
+  int per_lane = 1;
+  while (per_lane < needed) per_lane <<= 1;
+  int head_shift = 0;
+  while (head_shift < 5 - shift && (int64_t{2} << head_shift) <= heads) ++head_shift;
+  *plan = Plan{vec, WarpLayout{shift}, per_lane, head_shift};
+  return PYGIO_OK;
 }
 
-// Pieces per lane: ceil(pieces / lanes) rounded up to a power of two.
-inline int pieces_per_lane(int64_t channels, int vec, const WarpLayout& layout) {
-  const int64_t lanes = int64_t{1} << layout.shift;
-  const int64_t needed = (channels / vec + lanes - 1) / lanes;
-  int pieces = 1;
-  while (pieces < needed) pieces <<= 1;
-  return pieces;
-}
-
-// A lane holds at most this many channels (registers).
-constexpr int kMaxElemsPerLane = 32;
-
-// go(GatTraits<scalar_t, index_t, kVec, kPieces>{}) for runtime pieces.
+// go(GatTraits<scalar_t, index_t, kVec, kPieces>{}) for runtime pieces
+// (make_plan keeps them within the instantiated ones).
 template <typename scalar_t, typename index_t, int kVec, typename Go>
 int with_pieces(int pieces, Go go) {
   if (pieces == 1) return go(GatTraits<scalar_t, index_t, kVec, 1>{});
@@ -78,34 +114,27 @@ int with_pieces(int pieces, Go go) {
   if constexpr (kVec * 8 <= kMaxElemsPerLane) {
     if (pieces == 8) return go(GatTraits<scalar_t, index_t, kVec, 8>{});
   }
-  return fail(PYGIO_ERR_UNSUPPORTED,
-              "channels per head above " + std::to_string(kMaxElemsPerLane * kWarpSize) +
-                  " (or above " + std::to_string(kMaxElemsPerLane / 4 * kWarpSize) +
-                  " where rows are not 16-byte aligned) are not supported");
+  return fail(PYGIO_ERR_UNSUPPORTED, "GATv2: no kernel for " + std::to_string(pieces) +
+                                         " pieces of " + std::to_string(kVec) + " channels a lane");
 }
 
-// Binds dtype, index width, vector width and pieces per lane, then calls
-// go(traits, shape). `strides` and `pointers`: every row stride (elements)
-// and base pointer the kernels read or write with vector accesses.
+// Binds dtype, index width, vector width and pieces per lane of `plan`,
+// then calls go(traits, shape).
 template <typename P, typename Go>
-int dispatch(const P& p, std::initializer_list<int64_t> strides,
-             std::initializer_list<const void*> pointers, Go go) {
+int dispatch(const P& p, const Plan& plan, Go go) {
+  const GatShape shape{plan.layout, plan.head_shift, p.heads, p.channels};
   return PYGIO_DISPATCH_DTYPE(p.dtype, [&]() -> int {
     if constexpr (std::is_same_v<scalar_t, double>) {
       return fail(PYGIO_ERR_INVALID_ARGUMENT, "GATv2 kernels take no float64");
     } else {
-    // The kernels are built for 16-byte pieces or single elements only.
-    constexpr int kWide = 16 / sizeof(scalar_t);
-    const int vec =
-        widest_vector(sizeof(scalar_t), p.channels, strides, pointers) == kWide ? kWide : 1;
-    const WarpLayout layout = channel_layout(p.channels, vec);
-    const GatShape shape{layout, p.heads, p.channels};
-    const int pieces = pieces_per_lane(p.channels, vec, layout);
-    return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
-      if (vec == kWide)
-        return with_pieces<scalar_t, index_t, kWide>(pieces, [&](auto t) { return go(t, shape); });
-      return with_pieces<scalar_t, index_t, 1>(pieces, [&](auto t) { return go(t, shape); });
-    });
+      return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
+        constexpr int kWide = 16 / sizeof(scalar_t);
+        if (plan.vec == kWide)
+          return with_pieces<scalar_t, index_t, kWide>(plan.pieces,
+                                                       [&](auto t) { return go(t, shape); });
+        return with_pieces<scalar_t, index_t, 1>(plan.pieces,
+                                                 [&](auto t) { return go(t, shape); });
+      });
     }
   });
 }

@@ -82,6 +82,24 @@ int launch_forward(const pygio_gatv2_params& p, const GatShape& shape, cudaStrea
   return PYGIO_OK;
 }
 
+int check_alpha(const pygio_gatv2_alpha_params& p, const char* entry) {
+  PYGIO_TRY(gatv2::check_inputs(p, entry));
+  if (p.a.nnz == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.lse != nullptr && p.alpha != nullptr,
+                  entry_message(entry, "lse and alpha must not be NULL"));
+  return PYGIO_OK;
+}
+
+template <typename Traits>
+int launch_alpha(const pygio_gatv2_alpha_params& p, const GatShape& shape, cudaStream_t stream) {
+  unsigned grid = 0;
+  PYGIO_TRY(resident_grid((p.a.nnz + kGatAlphaChunk - 1) / kGatAlphaChunk, Traits::kWarpsPerBlock,
+                          Traits::kThreadsPerBlock, p.device, &grid));
+  gatv2_alpha_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
 }  // namespace
 }  // namespace pygio
 
@@ -102,39 +120,34 @@ extern "C" int pygio_gatv2(const pygio_gatv2_params* params) {
   PYGIO_TRY(check_forward(*params, __func__));
   const pygio_gatv2_params& p = *params;
   if (p.a.num_rows == 0) return ok();
+  gatv2::Plan plan;
+  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels,
+                             {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
+                             {p.x_l, p.x_r, p.edge, p.out}, __func__, &plan));
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const int64_t width = p.heads * p.channels;
-  PYGIO_TRY(gatv2::dispatch(p, {p.x_l_row_stride, p.x_r_row_stride, width},
-                            {p.x_l, p.x_r, p.edge, p.out}, [&](auto traits, const GatShape& s) {
-                              return launch_forward<decltype(traits)>(p, s, stream);
-                            }));
+  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
+    return launch_forward<decltype(traits)>(p, s, stream);
+  }));
   return ok();
 }
 
 extern "C" int pygio_gatv2_alpha(const pygio_gatv2_alpha_params* params) {
   using namespace pygio;
   PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_alpha(*params, __func__));
   const pygio_gatv2_alpha_params& p = *params;
-  PYGIO_TRY(gatv2::check_inputs(p, __func__));
   if (p.a.nnz == 0) return ok();
-  PYGIO_CHECK_ARG(p.lse != nullptr && p.alpha != nullptr,
-                  entry_message(__func__, "lse and alpha must not be NULL"));
+  gatv2::Plan plan;
+  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels,
+                             {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
+                             {p.x_l, p.x_r, p.edge}, __func__, &plan));
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch(p, {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
-                            {p.x_l, p.x_r, p.edge}, [&](auto traits, const GatShape& s) -> int {
-                              using Traits = decltype(traits);
-                              unsigned grid = 0;
-                              PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock,
-                                                      Traits::kThreadsPerBlock, p.device,
-                                                      &grid));
-                              gatv2_alpha_kernel<Traits>
-                                  <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, s);
-                              PYGIO_CHECK_CUDA(cudaGetLastError());
-                              return PYGIO_OK;
-                            }));
+  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
+    return launch_alpha<decltype(traits)>(p, s, stream);
+  }));
   return ok();
 }

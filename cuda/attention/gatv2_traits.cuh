@@ -1,12 +1,17 @@
 // What the GATv2 kernels share: the compile-time shape of a lane's slice of
-// one head's channels, slice loads and stores, the score of an entry, the
-// reductions over the lanes of a group and the online-softmax state.
+// one head's channels, slice loads and stores, the walk over a row's
+// entries, the score of an entry, reductions over lanes and the
+// online-softmax state.
 //
-// A warp covers one head of one row at a time: groups of `lanes` lanes
-// (WarpLayout) span the head's channels, each lane holding kPieces pieces
-// of kVec consecutive channels (channel (q * lanes + lane) * kVec + i for
-// piece q); the warp's 32 / lanes groups take interleaved entries of the
-// row and are merged with shuffles at the end.
+// A warp walks one row at a time, a pass of heads at a time. Groups of
+// `lanes` lanes (WarpLayout) span one head's channels, each lane holding
+// kPieces pieces of kVec consecutive channels (channel (q * lanes + lane) *
+// kVec + i of piece q). The warp's 32 / lanes groups split into
+// heads_per_pass() heads (group g takes head pass_start + g %
+// heads_per_pass()) times slots() entry slots, each slot taking kUnroll
+// interleaved entries per step; column indices come 32 at a time, one load
+// per lane, handed out by shuffles. Slots are merged with shuffles at the
+// end of the pass.
 #pragma once
 
 #include <math.h>
@@ -21,25 +26,59 @@ namespace pygio {
 
 template <typename scalar_t_, typename index_t_, int kVec_, int kPieces_>
 struct GatTraits {
-  using scalar_t = scalar_t_;
-  using index_t = index_t_;
-  static constexpr int kVec = kVec_;
-  static constexpr int kPieces = kPieces_;
+  using scalar_t = scalar_t_;  // x_l, x_r, edge, out and the gradients
+  using index_t = index_t_;    // rowptr, col (and perm_t)
+  static constexpr int kVec = kVec_;        // channels per load: 16 bytes, or 1
+  static constexpr int kPieces = kPieces_;  // kVec-wide pieces of a head per lane
   static constexpr int kElems = kVec * kPieces;  // channels a lane holds
+  static constexpr int kRawWords = (kElems * sizeof(scalar_t) + 3) / 4;  // registers per slice
+  // Entries a slot keeps in flight: 8 gathered registers a lane or fewer
+  // (one gathered row per entry; the source pass gathers two and takes
+  // half). More left ptxas at 120-170 registers (8-16 warps an SM) for
+  // the common head sizes; these are the first knobs to time on a GPU.
+  static constexpr int kUnroll = kRawWords <= 2 ? 4 : (kRawWords <= 4 ? 2 : 1);
+  static constexpr int kSourceUnroll = kUnroll > 1 ? kUnroll / 2 : 1;
   static constexpr int kWarpsPerBlock = 8;
   static constexpr int kThreadsPerBlock = kWarpsPerBlock * kWarpSize;
+
+  static_assert(sizeof(scalar_t) * kVec == 16 || kVec == 1, "16-byte pieces or single channels");
+  static_assert(kElems <= 32, "a lane holds at most 32 channels");
+  static_assert(sizeof(index_t) == 4 || sizeof(index_t) == 8, "index_t is int32 or int64");
 };
 
-// Entries of a hub row per chunk of the forward's hub kernel.
+// Entries of a hub row per chunk of the hub kernels (forward and backward).
 constexpr int kGatHubChunk = 256;
 
-// The shape every kernel needs besides its traits.
+// The runtime shape every kernel needs besides its traits.
 struct GatShape {
-  WarpLayout layout;
+  WarpLayout layout;  // lanes per group (one head)
+  int head_shift;     // log2(heads per pass)
   int64_t heads;
   int64_t channels;
   __host__ __device__ int64_t width() const { return heads * channels; }
+  __host__ __device__ int heads_per_pass() const { return 1 << head_shift; }
+  __device__ int head_in_pass(int lane) const {
+    return layout.sub_group(lane) & ((1 << head_shift) - 1);
+  }
+  __device__ int slots() const { return layout.sub_groups() >> head_shift; }
+  __device__ int slot(int lane) const { return layout.sub_group(lane) >> head_shift; }
+  // Shuffle offsets between the slots of one head: first_slot_offset() << k.
+  __device__ int first_slot_offset() const { return layout.lanes() << head_shift; }
+  __host__ __device__ int64_t passes() const {
+    return (heads + heads_per_pass() - 1) >> head_shift;
+  }
 };
+
+// The head the caller's group takes in the pass starting at head h0
+// (clamped to the last head: a group past it computes but must not write).
+struct PassHead {
+  int64_t h;
+  bool active;
+};
+__device__ __forceinline__ PassHead pass_head(const GatShape& s, int lane, int64_t h0) {
+  const int64_t h = h0 + s.head_in_pass(lane);
+  return PassHead{h < s.heads ? h : s.heads - 1, h < s.heads};
+}
 
 // The channel of element 0 of piece q of `lane`, or -1 past the head's end.
 template <typename Traits>
@@ -49,27 +88,51 @@ __device__ __forceinline__ int64_t piece_channel(const GatShape& s, int lane, in
   return c < s.channels ? c : -1;
 }
 
+// A lane's slice of one head row as loaded (the storage type): in flight
+// it costs kRawWords registers; to_float widens it where it is used.
+template <typename Traits>
+struct RawSlice {
+  using scalar_t = typename Traits::scalar_t;
+  Pack<scalar_t, Traits::kVec> piece[Traits::kPieces];
+
+  // The slice of the head row at `head_row` (0 past the head's end).
+  __device__ __forceinline__ void load(const scalar_t* __restrict__ head_row, const GatShape& s,
+                                       int lane) {
+#pragma unroll
+    for (int q = 0; q < Traits::kPieces; ++q) {
+      const int64_t c = piece_channel<Traits>(s, lane, q);
+      if (c >= 0) piece[q] = load_pack<Traits::kVec>(head_row + c);
+      else clear(q);
+    }
+  }
+  __device__ __forceinline__ void clear() {
+#pragma unroll
+    for (int q = 0; q < Traits::kPieces; ++q) clear(q);
+  }
+  __device__ __forceinline__ void clear(int q) {
+#pragma unroll
+    for (int i = 0; i < Traits::kVec; ++i) piece[q].v[i] = DTypeTraits<scalar_t>::store(0.f);
+  }
+  __device__ __forceinline__ void to_float(float (&v)[Traits::kElems]) const {
+#pragma unroll
+    for (int q = 0; q < Traits::kPieces; ++q)
+#pragma unroll
+      for (int i = 0; i < Traits::kVec; ++i)
+        v[q * Traits::kVec + i] = DTypeTraits<scalar_t>::load(piece[q].v[i]);
+  }
+};
+
 // v = the lane's slice of the head row at `head_row` (fp32; 0 past the end).
 template <typename Traits, typename T>
 __device__ __forceinline__ void load_slice(const T* __restrict__ head_row, const GatShape& s,
                                            int lane, float (&v)[Traits::kElems]) {
-#pragma unroll
-  for (int q = 0; q < Traits::kPieces; ++q) {
-    const int64_t c = piece_channel<Traits>(s, lane, q);
-    if (c >= 0) {
-      const Pack<T, Traits::kVec> pack = load_pack<Traits::kVec>(head_row + c);
-#pragma unroll
-      for (int i = 0; i < Traits::kVec; ++i)
-        v[q * Traits::kVec + i] = DTypeTraits<T>::load(pack.v[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < Traits::kVec; ++i) v[q * Traits::kVec + i] = 0.f;
-    }
-  }
+  RawSlice<Traits> raw;
+  raw.load(head_row, s, lane);
+  raw.to_float(v);
 }
 
 // att is fp32 whatever the features are: loaded one element at a time
-// (once per row and head).
+// (once per row and head, from L1).
 template <typename Traits>
 __device__ __forceinline__ void load_att(const float* __restrict__ head_att, const GatShape& s,
                                          int lane, float (&v)[Traits::kElems]) {
@@ -96,19 +159,108 @@ __device__ __forceinline__ void store_slice(T* __restrict__ head_row, const GatS
   }
 }
 
-// Sum of v over the lanes of the caller's group (every lane gets it).
+// The lane's slice of v stored to, or added with atomics to, an fp32 row.
+template <typename Traits>
+__device__ __forceinline__ void store_float_slice(float* head_row, const GatShape& s, int lane,
+                                                  const float (&v)[Traits::kElems]) {
+#pragma unroll
+  for (int q = 0; q < Traits::kPieces; ++q) {
+    const int64_t c = piece_channel<Traits>(s, lane, q);
+    if (c < 0) continue;
+#pragma unroll
+    for (int i = 0; i < Traits::kVec; ++i) head_row[c + i] = v[q * Traits::kVec + i];
+  }
+}
+template <typename Traits>
+__device__ __forceinline__ void atomic_add_slice(float* head_row, const GatShape& s, int lane,
+                                                 const float (&v)[Traits::kElems]) {
+#pragma unroll
+  for (int q = 0; q < Traits::kPieces; ++q) {
+    const int64_t c = piece_channel<Traits>(s, lane, q);
+    if (c < 0) continue;
+#pragma unroll
+    for (int i = 0; i < Traits::kVec; ++i) atomicAdd(head_row + c + i, v[q * Traits::kVec + i]);
+  }
+}
+
+// Sums over the lanes of the caller's group (every lane gets them): of v,
+// and of each v[k] (reduced together, so the shuffles overlap).
 __device__ __forceinline__ float group_sum(float v, const WarpLayout& layout) {
   for (int offset = layout.lanes() / 2; offset > 0; offset >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
-
-// v summed over the warp's groups (every group gets the total).
 template <int N>
-__device__ __forceinline__ void sum_over_groups(float (&v)[N], const WarpLayout& layout) {
-  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1) {
+__device__ __forceinline__ void group_sums(float (&v)[N], const WarpLayout& layout) {
+  for (int offset = layout.lanes() / 2; offset > 0; offset >>= 1) {
 #pragma unroll
     for (int k = 0; k < N; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], offset);
+  }
+}
+
+// v summed over the entry slots of the caller's head (every slot gets the total).
+__device__ __forceinline__ float sum_over_slots(float v, const GatShape& s) {
+  for (int offset = s.first_slot_offset(); offset < kWarpSize; offset <<= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+template <int N>
+__device__ __forceinline__ void sum_over_slots(float (&v)[N], const GatShape& s) {
+  for (int offset = s.first_slot_offset(); offset < kWarpSize; offset <<= 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], offset);
+  }
+}
+
+// One step of a row walk for the caller's slot: entries u < U at
+// positions pos(u) of the walked structure, real(u) false for the padding
+// past the row's end, index[n][u] the value of index array n there.
+template <int U, int N, typename index_t>
+struct WalkStep {
+  int64_t first;
+  int stride;
+  int real_count;
+  index_t index[N][U];
+  __device__ __forceinline__ int64_t pos(int u) const {
+    return first + static_cast<int64_t>(u) * stride;
+  }
+  __device__ __forceinline__ bool real(int u) const { return u < real_count; }
+};
+
+// Calls step(WalkStep) for the entries [begin, end) the caller's slot
+// takes, U per step, the slots interleaving (every lane of the warp makes
+// the same calls, so step may shuffle). The N index arrays are read 32
+// entries at a time, one load per lane (the next 32 prefetched), and
+// handed out with shuffles, so a step's gathers wait on no index load.
+template <int U, int N, typename index_t, typename Step>
+__device__ __forceinline__ void walk_row(const GatShape& s, int lane, int64_t begin, int64_t end,
+                                         const index_t* const (&index)[N], Step step) {
+  const int slots = s.slots(), slot = s.slot(lane);
+  index_t next[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) next[n] = begin + lane < end ? index[n][begin + lane] : index_t{0};
+  for (int64_t batch = begin; batch < end; batch += kWarpSize) {
+    index_t mine[N];
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      mine[n] = next[n];
+      const int64_t ahead = batch + kWarpSize + lane;
+      next[n] = ahead < end ? index[n][ahead] : index_t{0};
+    }
+    const int count = end - batch < kWarpSize ? static_cast<int>(end - batch) : kWarpSize;
+    for (int k = 0; k < count; k += U * slots) {
+      WalkStep<U, N, index_t> walk;
+      walk.first = batch + k + slot;
+      walk.stride = slots;
+      const int left = count - (k + slot);  // entries from this slot's first on
+      walk.real_count = left <= 0 ? 0 : (left + slots - 1) / slots;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int n = 0; n < N; ++n)
+          walk.index[n][u] = __shfl_sync(0xffffffffu, mine[n], (k + u * slots + slot) & 31);
+      step(walk);
+    }
   }
 }
 
@@ -117,20 +269,28 @@ __device__ __forceinline__ float leaky_relu_grad(float z, float slope) {
   return z > 0.f ? 1.f : slope;
 }
 
-// The group's score sum_c att[c] * leaky_relu(z[c]) of an entry whose
-// z = x_l[j] + x_r[i] (+ edge[e]) slice the lane holds (every lane of the
-// group gets it).
-template <typename Traits>
-__device__ __forceinline__ float entry_score(const float (&z)[Traits::kElems],
-                                             const float (&att)[Traits::kElems], float slope,
-                                             const WarpLayout& layout) {
-  float partial = 0.f;
+// z = x_l[j] + x_r[i] (+ edge[e]) of an entry from the lane's slices.
+// Every pass sums in this order, so each recomputes the forward's scores
+// bit for bit.
+template <int N>
+__device__ __forceinline__ void entry_z(const float (&xl)[N], const float (&xr)[N], bool has_edge,
+                                        const float (&edge)[N], float (&z)[N]) {
 #pragma unroll
-  for (int k = 0; k < Traits::kElems; ++k) partial += att[k] * leaky_relu(z[k], slope);
-  return group_sum(partial, layout);
+  for (int k = 0; k < N; ++k) z[k] = has_edge ? (xl[k] + xr[k]) + edge[k] : xl[k] + xr[k];
 }
 
-// keep(e, h) / (1 - p): the dropout factor of entry e, head h.
+// The lane's part of the score sum_c att[c] * leaky_relu(z[c]) (group_sum
+// completes it).
+template <int N>
+__device__ __forceinline__ float score_part(const float (&z)[N], const float (&att)[N],
+                                            float slope) {
+  float partial = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) partial += att[k] * leaky_relu(z[k], slope);
+  return partial;
+}
+
+// keep(e, h) / (1 - p): the dropout factor of entry e (CSR position), head h.
 __device__ __forceinline__ float dropout_factor(uint64_t seed, int64_t entry, int64_t head,
                                                 float p) {
   if (p <= 0.f) return 1.f;
@@ -138,22 +298,29 @@ __device__ __forceinline__ float dropout_factor(uint64_t seed, int64_t entry, in
 }
 
 // A running softmax-weighted sum: m the largest score so far, l the sum of
-// exp(score - m), acc the sum of exp(score - m) * factor * value.
+// exp(score - m), acc the sum of exp(score - m) * factor * value (dropout
+// scales acc, never l).
 template <int N>
 struct SoftmaxState {
   float m = -INFINITY;
   float l = 0.f;
   float acc[N] = {};
 
-  __device__ __forceinline__ void add(float score, float factor, const float (&value)[N]) {
-    const float m_new = fmaxf(m, score);
+  // Moves the running maximum up to m_new > m, rescaling l and acc.
+  __device__ __forceinline__ void raise_max(float m_new) {
     const float rescale = expf(m - m_new);  // 0 while m is -inf
-    const float weight = expf(score - m_new);
-    l = l * rescale + weight;
+    l *= rescale;
+#pragma unroll
+    for (int k = 0; k < N; ++k) acc[k] *= rescale;
+    m = m_new;
+  }
+
+  // Adds an entry of weight exp(score - m) (score <= m).
+  __device__ __forceinline__ void add(float weight, float factor, const float (&value)[N]) {
+    l += weight;
     const float w = weight * factor;
 #pragma unroll
-    for (int k = 0; k < N; ++k) acc[k] = acc[k] * rescale + w * value[k];
-    m = m_new;
+    for (int k = 0; k < N; ++k) acc[k] += w * value[k];
   }
 
   // Merges another state (m_o, l_o, acc_o) into this one.
@@ -167,9 +334,10 @@ struct SoftmaxState {
     m = m_new;
   }
 
-  // Merges the states of the warp's groups: every group ends with the total.
-  __device__ __forceinline__ void merge_groups(const WarpLayout& layout) {
-    for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1) {
+  // Merges the states of the slots of the caller's head: every slot ends
+  // with the total.
+  __device__ __forceinline__ void merge_slots(const GatShape& s) {
+    for (int offset = s.first_slot_offset(); offset < kWarpSize; offset <<= 1) {
       float acc_o[N];
 #pragma unroll
       for (int k = 0; k < N; ++k) acc_o[k] = __shfl_xor_sync(0xffffffffu, acc[k], offset);
@@ -181,5 +349,13 @@ struct SoftmaxState {
   // log sum exp of the scores (-inf for none).
   __device__ __forceinline__ float lse() const { return l > 0.f ? m + logf(l) : -INFINITY; }
 };
+
+// The hub threshold of a row walk: rows above max(*degree,
+// PYGIO_ATTENTION_MIN_HUB_DEGREE) entries are hubs; none without a list.
+__device__ __forceinline__ int64_t gat_hub_threshold(const int64_t* degree, int64_t capacity) {
+  if (capacity == 0) return INT64_MAX;
+  const int64_t d = *degree;
+  return d > PYGIO_ATTENTION_MIN_HUB_DEGREE ? d : PYGIO_ATTENTION_MIN_HUB_DEGREE;
+}
 
 }  // namespace pygio

@@ -481,11 +481,13 @@ PYGIO_API int pygio_gatv2(const pygio_gatv2_params* params);
  * from a pass over a_t (the CSR^T: rows = sources, col = destinations) whose
  * perm_t maps each CSR^T position to its CSR position (for edge, grad_edge
  * and the dropout counter); scores are recomputed from lse, nothing per
- * entry is stored between the passes. hub_degree / max_hubs and
- * hub_degree_t / max_hubs_t are reserved for splitting long rows of a and
- * a_t over all SMs: this version reads them nowhere and walks every row
- * with one warp. Every output is fully overwritten. out, grad_out, grad_x_l, grad_x_r (and grad_edge):
- * contiguous, in dtype; lse, att, grad_att: fp32.
+ * entry is stored between the passes. G is summed in fp32 from the
+ * entries (sum_e alpha f <grad_out, x_l[j]>, equal to <grad_out, out> but
+ * free of out's rounding): out is not read and may be NULL. Rows of a above
+ * *hub_degree and rows of a_t above *hub_degree_t (each at least
+ * PYGIO_ATTENTION_MIN_HUB_DEGREE, at most max_hubs / max_hubs_t) are split
+ * over all SMs. Every output is fully overwritten. grad_out, grad_x_l,
+ * grad_x_r (and grad_edge): contiguous, in dtype; lse, att, grad_att: fp32.
  */
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_gatv2_backward_params) */
