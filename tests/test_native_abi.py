@@ -443,6 +443,184 @@ def test_own_minmax_backward_checks_its_parameters():
         assert _call("pygio_minmax_backward", _minmax_params(True, fields)) == (0, ""), fields
 
 
+def _float_at(address):
+    return ctypes.cast(address, ctypes.POINTER(ctypes.c_float))
+
+
+# A GATv2 forward / backward / attention-weights call with consistent sizes
+# (2 destinations, 3 sources, 4 entries, 2 heads of 4 channels) and non-NULL,
+# aligned fake pointers: every case below breaks one thing, so the entry
+# must refuse before it touches the device.
+PYGIO_ERR_UNSUPPORTED = 5
+GATV2_CSR = dict(num_rows=2, num_cols=3, nnz=4, rowptr=16, col=16, index_bits=32)
+GATV2_INPUTS = dict(dtype=0, heads=2, channels=4, x_l=16, x_l_row_stride=8, x_r=16,
+                    x_r_row_stride=8, negative_slope=0.2)
+GATV2_NAMES = {"forward": "pygio_gatv2_params", "backward": "pygio_gatv2_backward_params",
+               "alpha": "pygio_gatv2_alpha_params"}
+GATV2_HUB = dict(hub_degree=_int64_at(16), max_hubs=2, a=dict(nnz=600))  # 2 hub slots
+
+
+def _gatv2_params(kind: str, fields: dict):
+    fields = dict(fields)
+    a = dict(GATV2_CSR, **fields.pop("a", {}))
+    base = dict(GATV2_INPUTS, att=_float_at(16))
+    if kind == "forward":
+        base.update(out=16, lse=_float_at(16))
+    elif kind == "backward":
+        a_t = dict(num_rows=a["num_cols"], num_cols=a["num_rows"], nnz=a["nnz"], rowptr=16,
+                   col=16, index_bits=a["index_bits"])
+        a_t.update(fields.pop("a_t", {}))
+        base.update(a_t=_native.Csr(**a_t), perm_t=16, out=16, lse=_float_at(16), grad_out=16,
+                    grad_x_l=16, grad_x_r=16, grad_att=_float_at(16), workspace=16)
+    else:
+        base.update(lse=_float_at(16), alpha=_float_at(16))
+    base.update(fields)
+    return _params(GATV2_NAMES[kind], a=_native.Csr(**a), **base)
+
+
+def _gatv2_workspace(kind: str, **fields) -> tuple:
+    """(status, bytes) of pygio_gatv2[_backward]_workspace_size."""
+    entry = "pygio_gatv2_workspace_size" if kind == "forward" else \
+        "pygio_gatv2_backward_workspace_size"
+    size = ctypes.c_size_t(12345)
+    status = getattr(_native.library(), entry)(ctypes.byref(_gatv2_params(kind, fields)),
+                                               ctypes.byref(size))
+    return status, size.value
+
+
+# Checks every GATv2 entry applies to the inputs they share: (fields, message).
+GATV2_SHARED_CASES = [
+    (dict(dtype=1), "dtype must be float32, float16 or bfloat16, got code 1"),
+    (dict(dtype=9), "dtype must be float32, float16 or bfloat16, got code 9"),
+    (dict(heads=0), "heads and channels must be positive"),
+    (dict(channels=-4), "heads and channels must be positive"),
+    (dict(a=dict(index_bits=16)), "index_bits must be 32 or 64"),
+    (dict(a=dict(nnz=-1)), "sizes must be non-negative"),
+    (dict(a=dict(col=None)), "rowptr / col must not be NULL"),
+    (dict(a=dict(rowptr=None, nnz=0)), "rowptr, x_r and att must not be NULL"),
+    (dict(x_r=None), "rowptr, x_r and att must not be NULL"),
+    (dict(att=None), "rowptr, x_r and att must not be NULL"),
+    (dict(x_r_row_stride=7), "x_r row stride 7 is less than the width 8"),
+    (dict(x_l=None), "x_l must not be NULL"),
+    (dict(x_l_row_stride=3), "x_l row stride 3 is less than the width 8"),
+]
+
+
+@needs_library
+def test_own_gatv2_checks_its_parameters():
+    """pygio_gatv2 refuses, before touching the device, what would make its
+    kernels read or write out of bounds."""
+    cases = GATV2_SHARED_CASES + [
+        (dict(dropout_p=1.0), "dropout_p must lie in [0, 1)"),
+        (dict(dropout_p=-0.1), "dropout_p must lie in [0, 1)"),
+        (dict(dropout_p=float("nan")), "dropout_p must lie in [0, 1)"),
+        (dict(max_hubs=-1), "max_hubs must be non-negative"),
+        (dict(out=None), "out and lse must not be NULL"),
+        (dict(lse=None), "out and lse must not be NULL"),
+        (GATV2_HUB, "needs a workspace"),
+        (dict(GATV2_HUB, workspace=24), "workspace must be 16-byte aligned"),
+    ]
+    for fields, expected in cases:
+        status, message = _call("pygio_gatv2", _gatv2_params("forward", fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+        assert message.startswith("pygio_gatv2:"), message
+        status, _ = _gatv2_workspace("forward", **fields)
+        size_checked = (fields, expected) in GATV2_SHARED_CASES or "max_hubs" in expected
+        assert (status == PYGIO_ERR_INVALID_ARGUMENT) == size_checked, (fields, status)
+    # Heads the kernels cannot hold: over 1024 channels, or over 256 where
+    # the rows cannot be read in 16-byte pieces (x_l 8-byte aligned).
+    for fields in (dict(channels=1028, x_l_row_stride=2056, x_r_row_stride=2056),
+                   dict(channels=260, x_l_row_stride=520, x_r_row_stride=520, x_l=24)):
+        status, message = _call("pygio_gatv2", _gatv2_params("forward", fields))
+        assert status == PYGIO_ERR_UNSUPPORTED and "are not supported" in message, message
+    # Nothing to do needs no device (and no pointer at all).
+    empty = dict(a=dict(num_rows=0, nnz=0, rowptr=None, col=None), x_l=None, x_r=None, att=None,
+                 out=None, lse=None)
+    assert _call("pygio_gatv2", _gatv2_params("forward", empty)) == (0, "")
+
+
+@needs_library
+def test_gatv2_workspace_sizes():
+    """Forward: hub slots only where a row can be split, at most nnz / 257
+    and num_rows of them; backward: G [num_rows, heads] (fp32), plus hub
+    lists and accumulators where either pass splits rows."""
+    assert _gatv2_workspace("forward") == (0, 0)
+    status, two = _gatv2_workspace("forward", **GATV2_HUB)
+    # counter, 2 hub entries, (m, l) and 4 channels per (chunk, head), 600 // 256 + 2 chunks
+    assert status == 0 and two % 16 == 0 and two >= 16 + 2 * 16 + 4 * 2 * (2 + 4) * 4
+    assert _gatv2_workspace("forward", **dict(GATV2_HUB, max_hubs=100)) == (0, two)
+    status, one = _gatv2_workspace("forward", **dict(GATV2_HUB, max_hubs=1))
+    assert status == 0 and 0 < one < two
+    assert _gatv2_workspace("forward", **dict(GATV2_HUB, a=dict(nnz=256))) == (0, 0)
+    assert _gatv2_workspace("forward", **dict(GATV2_HUB, hub_degree=None)) == (0, 0)
+    assert _gatv2_workspace("backward") == (0, 16)  # G: 2 rows x 2 heads
+    status, hubs_a = _gatv2_workspace("backward", **GATV2_HUB)
+    assert status == 0 and hubs_a >= 16 + 16 + 2 * 2 * 8 * 4 + 2 * 16  # G, counters, A and B
+    status, hubs_t = _gatv2_workspace("backward", a=dict(nnz=600), hub_degree_t=_int64_at(16),
+                                      max_hubs_t=3)
+    assert status == 0 and hubs_t >= 16 + 16 + 2 * 8 * 4 + 2 * 16  # 600 // 257 = 2 slots
+    assert _gatv2_workspace("backward", a=dict(num_rows=0, nnz=0)) == (0, 0)
+    lib = _native.library()
+    for entry, kind in (("pygio_gatv2_workspace_size", "forward"),
+                        ("pygio_gatv2_backward_workspace_size", "backward")):
+        assert getattr(lib, entry)(ctypes.byref(_gatv2_params(kind, {})),
+                                   None) == PYGIO_ERR_INVALID_ARGUMENT
+        assert "bytes must not be NULL" in lib.pygio_last_error().decode()
+    status, message = _call("pygio_gatv2_backward_workspace_size",
+                            _gatv2_params("backward", dict(max_hubs_t=-2)))
+    assert status == PYGIO_ERR_INVALID_ARGUMENT
+    assert "max_hubs and max_hubs_t must be non-negative" in message
+
+
+@needs_library
+def test_own_gatv2_backward_checks_its_parameters():
+    nulls = "lse, grad_out and grad_x_r must not be NULL"
+    cases = GATV2_SHARED_CASES + [
+        (dict(dropout_p=1.5), "dropout_p must lie in [0, 1)"),
+        (dict(a_t=dict(num_rows=2)), "a_t must be the transpose of a"),
+        (dict(a_t=dict(num_cols=3)), "a_t must be the transpose of a"),
+        (dict(a_t=dict(nnz=5)), "a_t must be the transpose of a"),
+        (dict(a_t=dict(index_bits=64)), "a_t must be the transpose of a"),
+        (dict(a_t=dict(col=None)), "rowptr / col must not be NULL"),
+        (dict(max_hubs=-1), "max_hubs and max_hubs_t must be non-negative"),
+        (dict(max_hubs_t=-1), "max_hubs and max_hubs_t must be non-negative"),
+        (dict(grad_att=None), "grad_att must not be NULL"),
+        (dict(edge=16), "grad_edge must be given exactly when edge is"),
+        (dict(grad_edge=16), "grad_edge must be given exactly when edge is"),
+        (dict(lse=None), nulls),
+        (dict(grad_out=None), nulls),
+        (dict(grad_x_r=None), nulls),
+        (dict(grad_x_l=None), "grad_x_l, a_t.rowptr and att must not be NULL"),
+        (dict(a=dict(nnz=0), a_t=dict(nnz=0, rowptr=None)),
+         "grad_x_l, a_t.rowptr and att must not be NULL"),
+        (dict(perm_t=None), "perm_t must not be NULL"),
+        (dict(workspace=None), "needs a workspace"),
+        (dict(workspace=40), "workspace must be 16-byte aligned"),
+    ]
+    for fields, expected in cases:
+        status, message = _call("pygio_gatv2_backward", _gatv2_params("backward", fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+        assert message.startswith("pygio_gatv2_backward:"), message
+    status, message = _call("pygio_gatv2_backward", _gatv2_params(
+        "backward", dict(channels=1028, x_l_row_stride=2056, x_r_row_stride=2056)))
+    assert status == PYGIO_ERR_UNSUPPORTED and "are not supported" in message, message
+
+
+@needs_library
+def test_own_gatv2_alpha_checks_its_parameters():
+    cases = GATV2_SHARED_CASES + [
+        (dict(lse=None), "lse and alpha must not be NULL"),
+        (dict(alpha=None), "lse and alpha must not be NULL"),
+    ]
+    for fields, expected in cases:
+        status, message = _call("pygio_gatv2_alpha", _gatv2_params("alpha", fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+        assert message.startswith("pygio_gatv2_alpha:"), message
+    # No entries: nothing to write, no device.
+    empty = dict(a=dict(nnz=0), x_l=None, lse=None, alpha=None)
+    assert _call("pygio_gatv2_alpha", _gatv2_params("alpha", empty)) == (0, "")
+
+
 @needs_library
 def test_spmm_calls_need_a_plan():
     status, message = _call("pygio_spmm_run", _params("pygio_spmm_params"))
