@@ -63,13 +63,15 @@ def csr_positions(graph, num_edges):
     return position
 
 
-def run_ours(graph, x_l, x_r, att, edge_csr, grad, dtype, device, p=0.0, seed=0):
+def run_ours(graph, x_l, x_r, att, edge_csr, grad, dtype, device, p=0.0, seed=0,
+             hub_quantile=0.99):
     # Copies: in float64 on the CPU .to() would hand back the caller's tensors.
     inputs = [t.to(device, dtype, copy=True).requires_grad_() for t in (x_l, x_r)]
     att_dtype = torch.float32 if dtype != torch.float64 else dtype
     att_in = att.to(device, att_dtype, copy=True).requires_grad_()
     edge_in = None if edge_csr is None else edge_csr.to(device, dtype, copy=True).requires_grad_()
-    out, lse = GATv2Function.apply(graph, *inputs, att_in, edge_in, SLOPE, p, seed, 0.99)
+    out, lse = GATv2Function.apply(graph, *inputs, att_in, edge_in, SLOPE, p, seed,
+                                   hub_quantile)
     out.backward(grad.to(device, dtype))
     grads = [inputs[0].grad, inputs[1].grad, att_in.grad,
              None if edge_in is None else edge_in.grad]
@@ -215,6 +217,40 @@ def test_cuda_index_widths_bipartite_and_dropout(index_dtype):
     assert relative_error(out.double().cpu(), ref) < 4e-5
     for got, want in zip(grads[:3], ref_grads[:3]):
         assert relative_error(got.double().cpu(), want) < 1e-4
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_hubs_of_destinations_and_sources(dtype):
+    """Several destination hubs (rows of the CSR split in forward and in the
+    destination pass of backward) and source hubs (rows of the CSR^T split in
+    the source pass), edge features and dropout."""
+    gen = torch.Generator().manual_seed(21)
+    base = random_graph(800, 800, 3000, seed=21)
+    dst_hubs = torch.cat([torch.full((d,), h) for h, d in ((3, 3000), (5, 700), (8, 300))])
+    src_hubs = torch.cat([torch.full((d,), h) for h, d in ((4, 2600), (9, 400))])
+    edge_index = torch.cat([base,
+                            torch.stack([torch.randint(0, 800, dst_hubs.shape, generator=gen),
+                                         dst_hubs]),
+                            torch.stack([src_hubs,
+                                         torch.randint(0, 800, src_hubs.shape, generator=gen)])],
+                           dim=1)
+    graph = Graph.from_edge_index(edge_index.cuda(), (800, 800))
+    x_l, x_r, grad = (torch.randn(800, 2, 64, generator=gen, dtype=torch.float64)
+                      for _ in range(3))
+    att = torch.randn(2, 64, generator=gen, dtype=torch.float64)
+    e = torch.randn(edge_index.size(1), 2, 64, generator=gen, dtype=torch.float64).to(dtype)
+    x_l, x_r, e = x_l.to(dtype).double(), x_r.to(dtype).double(), e.double()
+    position = csr_positions(graph, edge_index.size(1))
+    out, _, grads = run_ours(graph, x_l, x_r, att, csr_order(graph, e), grad, dtype, "cuda",
+                             p=0.25, seed=77, hub_quantile=0.9)
+    ref, _, ref_grads = reference_grads(edge_index, 800, x_l, x_r, att, e, grad, p=0.25,
+                                        seed=77, csr_position=position)
+    tol = 8 * TOLERANCE[dtype]
+    assert relative_error(out.double().cpu(), ref) < tol / 2
+    for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < tol, name
+    assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < tol
 
 
 @pytest.mark.cuda

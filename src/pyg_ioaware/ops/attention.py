@@ -16,9 +16,11 @@ seed, hub_quantile) -> (out, lse)``: x_l [N_src, H, C], x_r [N_dst, H, C], att
 (float64 for float64 inputs).
 
 ``pyg_ioaware::gatv2_attention_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att,
-edge, out, lse, grad_out, negative_slope, dropout_p, seed) -> (grad_x_l, grad_x_r,
-grad_att, grad_edge)``: the gradients from out and lse alone (scores
-recomputed); grad_edge is empty without edge.
+edge, out, lse, grad_out, negative_slope, dropout_p, seed, hub_quantile) -> (grad_x_l,
+grad_x_r, grad_att, grad_edge)``: the gradients from lse and grad_out (scores
+recomputed; the kernels do not read out); grad_edge is empty without edge.
+Rows of the CSR and of the CSR^T above the hub_quantile degree quantile
+(:mod:`.hubs`) are split over all SMs by the kernels.
 
 ``pyg_ioaware::gatv2_attention_weights(rowptr, col, x_l, x_r, att, edge, lse,
 negative_slope) -> alpha`` [nnz, H] in CSR order, before dropout (fp32; float64
@@ -189,7 +191,8 @@ def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, s
 
 
 def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
-                           grad_out, negative_slope, dropout_p, seed):
+                           grad_out, negative_slope, dropout_p, seed,
+                           hub_quantile=DEFAULT_HUB_QUANTILE):
     if not _kernels_take(x_l):
         return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out,
                                         negative_slope, dropout_p, seed)
@@ -197,11 +200,12 @@ def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, 
     grad_x_l, grad_x_r = torch.empty_like(x_l), torch.empty_like(x_r)
     grad_att = torch.empty(att.shape, dtype=torch.float32, device=x_l.device)
     grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
+    hubs = (*hub_degree(rowptr, col.numel(), hub_quantile),
+            *hub_degree(rowptr_t, col_t.numel(), hub_quantile))
     _native.gatv2_backward(rowptr, col, (rowptr_t, col_t, perm_t), x_l, x_r, edge, att32,
-                           float(negative_slope),
-                           float(dropout_p), int(seed), (None, 0, None, 0), out.contiguous(),
-                           lse.contiguous(), grad_out.contiguous(), grad_x_l, grad_x_r, grad_att,
-                           None if edge is None else grad_edge)
+                           float(negative_slope), float(dropout_p), int(seed), hubs,
+                           out.contiguous(), lse.contiguous(), grad_out.contiguous(), grad_x_l,
+                           grad_x_r, grad_att, None if edge is None else grad_edge)
     return grad_x_l, grad_x_r, grad_att.to(att.dtype), grad_edge
 
 
@@ -246,14 +250,17 @@ def _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope)
 
 
 # -------------------------------------------------------------- custom ops
+def _check_hub_quantile(hub_quantile, who) -> None:
+    if not 0.0 <= hub_quantile <= 1.0:
+        raise ValueError(f"{who}: hub_quantile must lie in [0, 1], got {hub_quantile}")
+
+
 @torch.library.custom_op("pyg_ioaware::gatv2_attention", mutates_args=())
 def gatv2_attention(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
                     edge: Optional[Tensor], negative_slope: float, dropout_p: float, seed: int,
                     hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
     _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p)
-    if not 0.0 <= hub_quantile <= 1.0:
-        raise ValueError(f"pyg_ioaware::gatv2_attention: hub_quantile must lie in [0, 1], "
-                         f"got {hub_quantile}")
+    _check_hub_quantile(hub_quantile, "pyg_ioaware::gatv2_attention")
     checks.csr_structure_contents(rowptr, col, x_l.size(0), "pyg_ioaware::gatv2_attention")
     return _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
                          hub_quantile)
@@ -272,20 +279,23 @@ def _gatv2_attention_fake(rowptr, col, x_l, x_r, att, edge, negative_slope, drop
 def gatv2_attention_backward(rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_t: Tensor,
                              perm_t: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
                              edge: Optional[Tensor], out: Tensor, lse: Tensor, grad_out: Tensor,
-                             negative_slope: float, dropout_p: float,
-                             seed: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                             negative_slope: float, dropout_p: float, seed: int,
+                             hub_quantile: float = DEFAULT_HUB_QUANTILE
+                             ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     who = "pyg_ioaware::gatv2_attention_backward"
     _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
-                    grad_out, negative_slope, dropout_p, who)
+                    grad_out, negative_slope, dropout_p, who, hub_quantile)
     checks.csr_structure_contents(rowptr, col, x_l.size(0), who)
     checks.csr_structure_contents(rowptr_t, col_t, x_r.size(0), who)
     return _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge,
-                                  out, lse, grad_out, negative_slope, dropout_p, seed)
+                                  out, lse, grad_out, negative_slope, dropout_p, seed,
+                                  hub_quantile)
 
 
 def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
-                    grad_out, negative_slope, dropout_p, who) -> None:
+                    grad_out, negative_slope, dropout_p, who, hub_quantile) -> None:
     _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, who)
+    _check_hub_quantile(hub_quantile, who)
     checks.csr_structure(rowptr_t, col_t, who)
     if rowptr_t.dtype != rowptr.dtype or rowptr_t.numel() != x_l.size(0) + 1 \
             or col_t.numel() != col.numel() or not isinstance(perm_t, Tensor) \
@@ -306,9 +316,11 @@ def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, o
 
 @gatv2_attention_backward.register_fake
 def _gatv2_attention_backward_fake(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge,
-                                   out, lse, grad_out, negative_slope, dropout_p, seed):
+                                   out, lse, grad_out, negative_slope, dropout_p, seed,
+                                   hub_quantile=DEFAULT_HUB_QUANTILE):
     _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
-                    grad_out, negative_slope, dropout_p, "pyg_ioaware::gatv2_attention_backward")
+                    grad_out, negative_slope, dropout_p, "pyg_ioaware::gatv2_attention_backward",
+                    hub_quantile)
     grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
     return torch.empty_like(x_l), torch.empty_like(x_r), torch.empty_like(att), grad_edge
 
@@ -348,7 +360,7 @@ class GATv2Function(torch.autograd.Function):
     def forward(ctx, graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed, hub_quantile):
         out, lse = gatv2_trusted(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
                                  dropout_p, seed, hub_quantile)
-        ctx.graph, ctx.params = graph, (negative_slope, dropout_p, seed)
+        ctx.graph, ctx.params = graph, (negative_slope, dropout_p, seed, hub_quantile)
         ctx.has_edge = edge is not None
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(x_l, x_r, att, edge, out, lse)
