@@ -41,31 +41,22 @@ from torch.autograd.function import once_differentiable
 
 from .. import _native
 from . import checks
-from .dispatch import accumulator_dtype, eager_or_op, native_ready
-from .dropout import keep_mask
+from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, dropout_factor,
+                               entry_rows, heads_readable, kernels_take, segment_lse)
+from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
 __all__ = ["gatv2_attention", "gatv2_attention_backward", "gatv2_attention_weights",
            "gatv2_reference", "gatv2_backward_reference", "graph_gatv2", "GATv2Function"]
 
-FEATURE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-# The kernels hold at most 32 channels of a head per lane: up to 1024
-# channels where rows are 16-byte aligned, else up to 256.
-_MAX_ALIGNED_CHANNELS = 1024
-_MAX_CHANNELS = 256
 
 
 # --------------------------------------------------------------- reference
-def _entry_rows(rowptr: Tensor, nnz: int) -> Tensor:
-    return torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device),
-                                   rowptr.diff().long(), output_size=nnz)
-
-
 def _entries(rowptr, col, x_l, x_r, edge):
     """(row of each entry, x_l[col] and z = x_l[col] + x_r[row] (+ edge)),
     per entry in the accumulator dtype."""
     acc = accumulator_dtype(x_l.dtype)
-    row = _entry_rows(rowptr, col.numel())
+    row = entry_rows(rowptr, col.numel())
     x_j = x_l.to(acc).index_select(0, col.long())
     z = x_j + x_r.to(acc).index_select(0, row)
     if edge is not None:
@@ -78,25 +69,6 @@ def _scores(z: Tensor, att: Tensor, negative_slope: float) -> Tensor:
     return (F.leaky_relu(z, negative_slope) * att.to(z.dtype)).sum(-1)
 
 
-def _lse(scores: Tensor, row: Tensor, num_rows: int) -> Tensor:
-    heads = scores.size(1)
-    index = row.unsqueeze(1).expand(-1, heads)
-    m = torch.full((num_rows, heads), float("-inf"), dtype=scores.dtype, device=scores.device)
-    m = m.scatter_reduce(0, index, scores.detach(), "amax")  # softmax is shift-invariant
-    total = torch.zeros_like(m).index_add_(0, row, torch.exp(scores - m.index_select(0, row)))
-    return m + torch.log(total)
-
-
-def dropout_factor(seed: int, nnz: int, heads: int, p: float, device,
-                   dtype: torch.dtype) -> Optional[Tensor]:
-    """keep(e, h) / (1 - p) as [nnz, heads] in ``dtype`` (None for p = 0)."""
-    if p == 0.0:
-        return None
-    keep = keep_mask(seed, torch.arange(nnz, device=device).unsqueeze(1),
-                     torch.arange(heads, device=device).unsqueeze(0), p)
-    return keep.to(dtype) / (1.0 - p)
-
-
 def gatv2_reference(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
                     edge: Optional[Tensor], negative_slope: float, dropout_p: float = 0.0,
                     seed: int = 0) -> Tuple[Tensor, Tensor]:
@@ -105,7 +77,7 @@ def gatv2_reference(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: 
     num_rows = rowptr.numel() - 1
     row, x_j, z = _entries(rowptr, col, x_l, x_r, edge)
     scores = _scores(z, att, negative_slope)
-    lse = _lse(scores, row, num_rows)
+    lse = segment_lse(scores, row, num_rows)
     alpha = torch.exp(scores - lse.index_select(0, row))
     factor = dropout_factor(seed, col.numel(), x_l.size(1), dropout_p, x_l.device, alpha.dtype)
     if factor is not None:
@@ -147,36 +119,16 @@ def _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
                          f"{tuple(x_l.shape[1:])}")
 
 
-def _kernels_take(x_l: Tensor) -> bool:
-    """Whether the CUDA kernels serve these features (else the reference)."""
-    if not native_ready(x_l.device) or x_l.dtype == torch.float64:
-        return False
-    channels = x_l.size(2)
-    wide = 16 // x_l.element_size()
-    return channels <= _MAX_CHANNELS or (channels % wide == 0 and
-                                         channels <= _MAX_ALIGNED_CHANNELS)
-
-
-def _heads_readable(t: Tensor) -> Tensor:
-    """t, or a contiguous copy where heads and channels are not contiguous
-    or the channel rows are not 16-byte aligned (what the kernels need for
-    heads above 256 channels)."""
-    if t.stride(2) == 1 and (t.size(1) == 1 or t.stride(1) == t.size(2)) \
-            and (t.size(2) <= _MAX_CHANNELS or t.data_ptr() % 16 == 0):
-        return t
-    return t.contiguous()
-
-
 def _kernel_inputs(x_l, x_r, edge, att):
     """x_l, x_r, edge and att laid out as the kernels read them (att fp32)."""
-    return (_heads_readable(x_l), _heads_readable(x_r),
+    return (heads_readable(x_l), heads_readable(x_r),
             None if edge is None else edge.contiguous(), att.to(torch.float32).contiguous())
 
 
 # ----------------------------------------------------------------- kernels
 def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
                   hub_quantile) -> Tuple[Tensor, Tensor]:
-    if not _kernels_take(x_l):
+    if not kernels_take(x_l):
         return gatv2_reference(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
                                seed)
     x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
@@ -193,7 +145,7 @@ def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, s
 def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
                            grad_out, negative_slope, dropout_p, seed,
                            hub_quantile=DEFAULT_HUB_QUANTILE):
-    if not _kernels_take(x_l):
+    if not kernels_take(x_l):
         return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out,
                                         negative_slope, dropout_p, seed)
     x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
@@ -220,7 +172,7 @@ def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, ne
     num_rows = rowptr.numel() - 1
     row, x_j, z = _entries(rowptr, col, x_l, x_r, edge)
     scores = _scores(z, att, negative_slope)
-    alpha = torch.exp(scores - _lse(scores, row, num_rows).index_select(0, row))
+    alpha = torch.exp(scores - segment_lse(scores, row, num_rows).index_select(0, row))
     factor = dropout_factor(seed, col.numel(), x_l.size(1), dropout_p, x_l.device, acc)
     weight = alpha if factor is None else alpha * factor
     g_row = grad_out.to(acc).index_select(0, row)
@@ -238,7 +190,7 @@ def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, ne
 
 
 def _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope) -> Tensor:
-    if not _kernels_take(x_l):
+    if not kernels_take(x_l):
         row, _, z = _entries(rowptr, col, x_l, x_r, edge)
         scores = _scores(z, att, negative_slope)
         return torch.exp(scores - lse.to(scores.dtype).index_select(0, row))
@@ -250,17 +202,12 @@ def _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope)
 
 
 # -------------------------------------------------------------- custom ops
-def _check_hub_quantile(hub_quantile, who) -> None:
-    if not 0.0 <= hub_quantile <= 1.0:
-        raise ValueError(f"{who}: hub_quantile must lie in [0, 1], got {hub_quantile}")
-
-
 @torch.library.custom_op("pyg_ioaware::gatv2_attention", mutates_args=())
 def gatv2_attention(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
                     edge: Optional[Tensor], negative_slope: float, dropout_p: float, seed: int,
                     hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
     _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p)
-    _check_hub_quantile(hub_quantile, "pyg_ioaware::gatv2_attention")
+    check_hub_quantile(hub_quantile, "pyg_ioaware::gatv2_attention")
     checks.csr_structure_contents(rowptr, col, x_l.size(0), "pyg_ioaware::gatv2_attention")
     return _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
                          hub_quantile)
@@ -295,7 +242,7 @@ def gatv2_attention_backward(rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_
 def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
                     grad_out, negative_slope, dropout_p, who, hub_quantile) -> None:
     _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, who)
-    _check_hub_quantile(hub_quantile, who)
+    check_hub_quantile(hub_quantile, who)
     checks.csr_structure(rowptr_t, col_t, who)
     if rowptr_t.dtype != rowptr.dtype or rowptr_t.numel() != x_l.size(0) + 1 \
             or col_t.numel() != col.numel() or not isinstance(perm_t, Tensor) \

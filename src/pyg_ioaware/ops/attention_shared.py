@@ -1,0 +1,73 @@
+"""What the attention family's ops share (GATv2 in :mod:`.attention`,
+graph-transformer attention in :mod:`.transformer`): the per-entry row
+index and the per-row log-sum-exp of the plain-torch references, the
+dropout factor, and when and how the CUDA kernels take a tensor."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .dispatch import native_ready
+from .dropout import keep_mask
+
+FEATURE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# The kernels hold at most 32 channels of a head per lane: up to 1024
+# channels where rows are 16-byte aligned, else up to 256.
+MAX_ALIGNED_CHANNELS = 1024
+MAX_CHANNELS = 256
+
+
+def entry_rows(rowptr: Tensor, nnz: int) -> Tensor:
+    """The row (destination) of each CSR entry."""
+    return torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device),
+                                   rowptr.diff().long(), output_size=nnz)
+
+
+def segment_lse(scores: Tensor, row: Tensor, num_rows: int) -> Tensor:
+    """lse[i, h] = log sum_{e in row i} exp(scores[e, h]) (-inf for an empty row)."""
+    heads = scores.size(1)
+    index = row.unsqueeze(1).expand(-1, heads)
+    m = torch.full((num_rows, heads), float("-inf"), dtype=scores.dtype, device=scores.device)
+    m = m.scatter_reduce(0, index, scores.detach(), "amax")  # softmax is shift-invariant
+    total = torch.zeros_like(m).index_add_(0, row, torch.exp(scores - m.index_select(0, row)))
+    return m + torch.log(total)
+
+
+def dropout_factor(seed: int, nnz: int, heads: int, p: float, device,
+                   dtype: torch.dtype) -> Optional[Tensor]:
+    """keep(e, h) / (1 - p) as [nnz, heads] in ``dtype`` (None for p = 0)."""
+    if p == 0.0:
+        return None
+    keep = keep_mask(seed, torch.arange(nnz, device=device).unsqueeze(1),
+                     torch.arange(heads, device=device).unsqueeze(0), p)
+    return keep.to(dtype) / (1.0 - p)
+
+
+def kernels_take(x: Tensor) -> bool:
+    """Whether the CUDA kernels serve [nodes, heads, channels] features x
+    (else the plain-torch reference does)."""
+    if not native_ready(x.device) or x.dtype == torch.float64:
+        return False
+    channels = x.size(2)
+    wide = 16 // x.element_size()
+    return channels <= MAX_CHANNELS or (channels % wide == 0 and
+                                        channels <= MAX_ALIGNED_CHANNELS)
+
+
+def heads_readable(t: Tensor) -> Tensor:
+    """t [nodes, heads, channels] itself where the kernels can read it in
+    place (channels contiguous, heads adjacent, any node row stride: views
+    of a fused projection), else a contiguous copy; also copied where the
+    channel rows are not 16-byte aligned (what the kernels need for heads
+    above 256 channels)."""
+    if t.stride(2) == 1 and (t.size(1) == 1 or t.stride(1) == t.size(2)) \
+            and (t.size(2) <= MAX_CHANNELS or t.data_ptr() % 16 == 0):
+        return t
+    return t.contiguous()
+
+
+def check_hub_quantile(hub_quantile: float, who: str) -> None:
+    if not 0.0 <= hub_quantile <= 1.0:
+        raise ValueError(f"{who}: hub_quantile must lie in [0, 1], got {hub_quantile}")
