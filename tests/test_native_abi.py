@@ -758,3 +758,95 @@ def test_spmm_plan_refuses_more_entries_than_rows_times_cols():
         _native.spmm_plan_create(rowptr, col, 1, 4, torch.float32, False, ALG2)
     handle = _native.spmm_plan_create(rowptr, col, 2, 4, torch.float32, False, ALG2)
     _native.spmm_plan_destroy(handle)  # 4 entries in 2 x 2: accepted
+
+
+# A graph-transformer call with the sizes of the GATv2 calls above (q, k and v
+# 8 wide) and fake aligned pointers: each case breaks one thing.
+TRANSFORMER_INPUTS = dict(dtype=0, heads=2, channels=4, q=16, q_row_stride=8, k=16,
+                          k_row_stride=8, scale=0.5)
+
+
+def _transformer_params(kind: str, fields: dict):
+    fields = dict(fields)
+    a = dict(GATV2_CSR, **fields.pop("a", {}))
+    base = dict(TRANSFORMER_INPUTS)
+    if kind != "alpha":
+        base.update(v=16, v_row_stride=8)
+    if kind == "forward":
+        base.update(out=16, lse=_float_at(16))
+    elif kind == "backward":
+        a_t = dict(num_rows=a["num_cols"], num_cols=a["num_rows"], nnz=a["nnz"], rowptr=16,
+                   col=16, index_bits=a["index_bits"])
+        a_t.update(fields.pop("a_t", {}))
+        base.update(a_t=_native.Csr(**a_t), perm_t=16, out=16, lse=_float_at(16), grad_out=16,
+                    grad_q=16, grad_k=16, grad_v=16, workspace=16)
+    else:
+        base.update(lse=_float_at(16), alpha=_float_at(16))
+    base.update(fields)
+    name = {"forward": "pygio_transformer_params",
+            "backward": "pygio_transformer_backward_params",
+            "alpha": "pygio_transformer_alpha_params"}[kind]
+    return _params(name, a=_native.Csr(**a), **base)
+
+
+@needs_library
+@pytest.mark.parametrize("kind, entry", [("forward", "pygio_transformer"),
+                                         ("backward", "pygio_transformer_backward"),
+                                         ("alpha", "pygio_transformer_alpha")])
+def test_own_transformer_checks_its_parameters(kind, entry):
+    """The graph-transformer entries refuse, before touching the device,
+    what would make their kernels read or write out of bounds."""
+    cases = [
+        (dict(dtype=1), "dtype must be float32, float16 or bfloat16, got code 1"),
+        (dict(heads=0), "heads and channels must be positive"),
+        (dict(scale=float("inf")), "scale must be finite"),
+        (dict(scale=float("nan")), "scale must be finite"),
+        (dict(a=dict(index_bits=16)), "index_bits must be 32 or 64"),
+        (dict(q=None), "must not be NULL"),
+        (dict(q_row_stride=7), "q row stride 7 is less than the width 8"),
+        (dict(k=None), "must not be NULL"),
+        (dict(k_row_stride=3), "k row stride 3 is less than the width 8"),
+    ]
+    if kind != "alpha":
+        cases += [(dict(v=None), "v must not be NULL"),
+                  (dict(v_row_stride=2), "v row stride 2 is less than the width 8"),
+                  (dict(dropout_p=1.0), "dropout_p must lie in [0, 1)")]
+    if kind == "forward":
+        cases += [(dict(max_hubs=-1), "max_hubs must be non-negative"),
+                  (dict(lse=None), "out and lse must not be NULL"),
+                  (GATV2_HUB, "needs a workspace")]
+    if kind == "backward":
+        cases += [(dict(a_t=dict(nnz=5)), "a_t must be the transpose of a"),
+                  (dict(edge=16), "grad_edge must be given exactly when edge is"),
+                  (dict(grad_k=None), "must not be NULL"),
+                  (dict(perm_t=None), "perm_t must not be NULL"),
+                  (dict(workspace=None), "needs a workspace"),
+                  (dict(workspace=24), "workspace must be 16-byte aligned")]
+    if kind == "alpha":
+        cases += [(dict(alpha=None), "lse and alpha must not be NULL")]
+    for fields, expected in cases:
+        status, message = _call(entry, _transformer_params(kind, fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+        assert message.startswith(entry + ":"), message
+    # Nothing to do needs no device.
+    empty = dict(a=dict(num_rows=0, num_cols=0, nnz=0, rowptr=None, col=None), q=None, k=None)
+    if kind == "backward":
+        empty["a_t"] = dict(rowptr=None, col=None)
+    assert _call(entry, _transformer_params(kind, empty)) == (0, "")
+
+
+@needs_library
+def test_transformer_workspace_sizes():
+    """Forward: the hub layout of GATv2's forward; backward: Delta [num_rows, heads]."""
+    lib = _native.library()
+
+    def size(kind, entry, **fields):
+        out = ctypes.c_size_t(12345)
+        status = getattr(lib, entry)(ctypes.byref(_transformer_params(kind, fields)),
+                                     ctypes.byref(out))
+        return status, out.value
+
+    assert size("forward", "pygio_transformer_workspace_size") == (0, 0)
+    status, hubs = size("forward", "pygio_transformer_workspace_size", **GATV2_HUB)
+    assert status == 0 and hubs == _gatv2_workspace("forward", **GATV2_HUB)[1]
+    assert size("backward", "pygio_transformer_backward_workspace_size") == (0, 16)

@@ -1,45 +1,17 @@
-// GATv2 attention forward and attention weights (contracts: pygio_gatv2,
-// pygio_gatv2_alpha in pyg_ioaware.h). For destination i, head h:
+// GATv2 attention's member of the attention family (contracts: pygio_gatv2,
+// pygio_gatv2_alpha in pyg_ioaware.h): the scores and values of a row's
+// entries; attention_forward.cuh does the softmax, the hubs and the
+// weights. For destination i, head h and entry e = (j -> i):
 //   s[e,h]     = att[h,:] . leaky_relu(x_l[j,h,:] + x_r[i,h,:] (+ edge[e,h,:])),
-//   alpha[e,h] = exp(s[e,h] - lse[i,h]),  lse[i,h] = log sum_{e into i} exp(s[e,h]),
-//   out[i,h,:] = sum_{e=(j->i)} keep(e,h)/(1-p) * alpha[e,h] * x_l[j,h,:].
-// The forward makes one pass over each row with an online softmax: nothing
-// per entry is written.
-//  - gatv2_rows_kernel: a warp per destination row, its heads in passes;
-//    a row above the hub threshold is only registered;
-//  - gatv2_hub_chunks_kernel: a warp per (kGatHubChunk-entry chunk of a
-//    hub, pass of heads): the chunk's softmax states (m, l, acc) into the
-//    workspace;
-//  - gatv2_hub_finish_kernel: a warp per (hub, head) merges its chunks'
-//    states (log-sum-exp) into out and lse.
-// Attention weights: gatv2_alpha_kernel, a warp per kGatAlphaChunk entries.
+//   value[e,h] = x_l[j,h,:].
+// for_each_step also serves the backward passes (gatv2_backward_kernel.cuh).
 #pragma once
 
-#include "../common/hubs.cuh"
+#include "attention_forward.cuh"
 #include "gatv2_traits.cuh"
 
 namespace pygio {
 
-// The forward's hub list and its chunks' partial softmax states.
-struct GatHubs {
-  HubList list;
-  const int64_t* degree;  // device scalar (NULL: no split)
-  float* stats;           // [chunks, heads, 2]: m, l
-  float* partial;         // [chunks, heads, channels]: acc
-};
-
-// Entries per warp of the attention-weights kernel.
-constexpr int64_t kGatAlphaChunk = 1024;
-
-// Calls step(walk, score, dot, values) for each step (WalkStep walk) of the caller's
-// slot over the entries [begin, end) of a row of a (Params: any params
-// struct with a, x_l, edge) whose destination's x_r slice of head h is xr:
-// for entry u (x_l row j = col[e]) score[u] = att . leaky_relu(z) with
-// z = x_l[j] + xr (+ edge[e]), and with kDot dot[u] = <dout, x_l[j]> (else
-// 0), both summed over the group (the shuffles of a step's entries
-// overlap); values(u, xl, z) fills entry u's x_l slice and z. Every lane of
-// the warp makes the same calls, so step may shuffle; it must ignore the
-// entries that are not real.
 // The x_l slice and z of each entry of a step, widened from the loads on
 // demand: values(u, xl, z).
 template <typename Traits, int U>
@@ -48,6 +20,11 @@ struct EntryValues {
   const RawSlice<Traits> (&edge_raw)[U];
   const float (&xr)[Traits::kElems];
   bool has_edge;
+
+  // Entry u's x_l slice alone (its value in the forward).
+  __device__ __forceinline__ void operator()(int u, float (&xl)[Traits::kElems]) const {
+    xl_raw[u].to_float(xl);
+  }
 
   __device__ __forceinline__ void operator()(int u, float (&xl)[Traits::kElems],
                                              float (&z)[Traits::kElems]) const {
@@ -58,6 +35,15 @@ struct EntryValues {
   }
 };
 
+// Calls step(walk, score, dot, values) for each step (WalkStep walk) of the caller's
+// slot over the entries [begin, end) of a row of a (Params: any params
+// struct with a, x_l, edge) whose destination's x_r slice of head h is xr:
+// for entry u (x_l row j = col[e]) score[u] = att . leaky_relu(z) with
+// z = x_l[j] + xr (+ edge[e]), and with kDot dot[u] = <dout, x_l[j]> (else
+// 0), both summed over the group (the shuffles of a step's entries
+// overlap); values(u, xl, z) fills entry u's x_l slice and z. Every lane of
+// the warp makes the same calls, so step may shuffle; it must ignore the
+// entries that are not real.
 template <typename Traits, bool kDot, typename Params, typename Step>
 __device__ __forceinline__ void for_each_step(const Params& p, const GatShape& s, int lane,
                                               int64_t h, int64_t begin, int64_t end,
@@ -106,212 +92,30 @@ __device__ __forceinline__ void for_each_step(const Params& p, const GatShape& s
   });
 }
 
-// The softmax state of entries [begin, end) of `row`, head h, merged over
-// the head's slots. A step raises the maximum once for all its entries.
-template <typename Traits>
-__device__ __forceinline__ SoftmaxState<Traits::kElems> attend(const pygio_gatv2_params& p,
-                                                               const GatShape& s, int lane,
-                                                               int64_t row, int64_t h,
-                                                               int64_t begin, int64_t end) {
-  using index_t = typename Traits::index_t;
-  using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems, U = Traits::kUnroll;
-  float att[E], xr[E];
-  load_att<Traits>(p.att + h * s.channels, s, lane, att);
-  load_slice<Traits>(static_cast<const scalar_t*>(p.x_r) + row * p.x_r_row_stride + h * s.channels,
-                     s, lane, xr);
-  SoftmaxState<E> state;
-  for_each_step<Traits, false>(
-      p, s, lane, h, begin, end, att, xr, att,
-      [&](const WalkStep<U, 1, index_t>& step, const float (&score)[U], const float (&)[U],
-          const EntryValues<Traits, U>& values) {
-        float m_new = state.m;
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-          if (step.real(u)) m_new = fmaxf(m_new, score[u]);
-        if (m_new > state.m) state.raise_max(m_new);
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          if (!step.real(u)) continue;
-          float xl[E], z[E];
-          values(u, xl, z);
-          state.add(expf(score[u] - state.m),
-                    dropout_factor(p.seed, step.pos(u), h, p.dropout_p), xl);
-        }
-      });
-  state.merge_slots(s);
-  return state;
-}
+// GATv2 for attention_forward.cuh: stages att and the destination's x_r
+// slice, then for_each_step; an entry's value is its x_l slice.
+struct Gatv2Family {
+  template <typename Traits>
+  static constexpr int unroll() { return Traits::kUnroll; }
+  template <typename Traits, int U>
+  using Entries = EntryValues<Traits, U>;
 
-// out[row, h] = acc / l (0 for an empty row) from the head's slot 0; lse
-// from its lane 0.
-template <typename Traits>
-__device__ __forceinline__ void write_row(const pygio_gatv2_params& p, const GatShape& s,
-                                          int lane, int64_t row, int64_t h,
-                                          SoftmaxState<Traits::kElems>& state) {
-  using scalar_t = typename Traits::scalar_t;
-  if (s.slot(lane) != 0) return;
-  const float inv = state.l > 0.f ? 1.f / state.l : 0.f;
-#pragma unroll
-  for (int k = 0; k < Traits::kElems; ++k) state.acc[k] *= inv;
-  store_slice<Traits>(static_cast<scalar_t*>(p.out) + row * s.width() + h * s.channels, s, lane,
-                      state.acc);
-  if (s.layout.lane_in_group(lane) == 0) p.lse[row * s.heads + h] = state.lse();
-}
-
-// out[i, h] and lse[i, h] for every row i that is not a hub: a warp per
-// row (grid-stride), its heads in passes; rows above the hub threshold are
-// registered for gatv2_hub_chunks_kernel instead.
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    gatv2_rows_kernel(const __grid_constant__ pygio_gatv2_params p, GatShape s, GatHubs hubs) {
-  using index_t = typename Traits::index_t;
-  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  const int64_t threshold = gat_hub_threshold(hubs.degree, hubs.list.capacity);
-  int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
-  int64_t next_begin = 0, next_end = 0;
-  if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
-  for (; row < p.a.num_rows; row += warps) {
-    // The next row's extent is loaded before this row's work: its latency hides behind it.
-    const int64_t begin = next_begin, end = next_end;
-    if (row + warps < p.a.num_rows)
-      next_begin = rowptr[row + warps], next_end = rowptr[row + warps + 1];
-    if (end - begin > threshold && register_hub(hubs.list, row, end - begin, kGatHubChunk, lane))
-      continue;
-    for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
-      const PassHead head = pass_head(s, lane, h0);
-      SoftmaxState<Traits::kElems> state = attend<Traits>(p, s, lane, row, head.h, begin, end);
-      if (head.active) write_row<Traits>(p, s, lane, row, head.h, state);
-    }
+  template <typename Traits, bool kValues, typename P, typename Step>
+  static __device__ __forceinline__ void for_each_score(const P& p, const GatShape& s, int lane,
+                                                        int64_t row, int64_t h, int64_t begin,
+                                                        int64_t end, Step step) {
+    using index_t = typename Traits::index_t;
+    using scalar_t = typename Traits::scalar_t;
+    constexpr int E = Traits::kElems, U = Traits::kUnroll;
+    float att[E], xr[E];
+    load_att<Traits>(p.att + h * s.channels, s, lane, att);
+    load_slice<Traits>(static_cast<const scalar_t*>(p.x_r) + row * p.x_r_row_stride +
+                           h * s.channels, s, lane, xr);
+    for_each_step<Traits, false>(
+        p, s, lane, h, begin, end, att, xr, att,
+        [&](const WalkStep<U, 1, index_t>& walk, const float (&score)[U], const float (&)[U],
+            const EntryValues<Traits, U>& values) { step(walk, score, values); });
   }
-}
-
-// The softmax state (m, l, acc) of each (hub chunk, head) into the
-// workspace (state = chunk * heads + head): a warp per (chunk, pass of heads).
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    gatv2_hub_chunks_kernel(const __grid_constant__ pygio_gatv2_params p, GatShape s,
-                            GatHubs hubs) {
-  using index_t = typename Traits::index_t;
-  const int64_t num_hubs = hub_count(hubs.list);
-  if (num_hubs == 0) return;
-  const int64_t items = hub_chunk_count(hubs.list) * s.passes();
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                      threadIdx.x / kWarpSize;
-       item < items; item += warps) {
-    const int64_t chunk = item / s.passes();
-    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
-    int64_t begin, end;
-    const int64_t slot = hub_chunk_range(hubs.list, num_hubs,
-                                         static_cast<const index_t*>(p.a.rowptr), chunk,
-                                         kGatHubChunk, &begin, &end);
-    // Chunks counted for rows a full list refused are empty (and have no state).
-    if (begin == end) continue;
-    const SoftmaxState<Traits::kElems> state =
-        attend<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, begin, end);
-    if (!head.active || s.slot(lane) != 0) continue;
-    const int64_t index = chunk * s.heads + head.h;
-    store_float_slice<Traits>(hubs.partial + index * s.channels, s, lane, state.acc);
-    if (s.layout.lane_in_group(lane) == 0) {
-      hubs.stats[2 * index] = state.m;
-      hubs.stats[2 * index + 1] = state.l;
-    }
-  }
-}
-
-// A warp per (hub, head) merges the hub's chunk states:
-//   m = max_k m_k, l = sum_k l_k exp(m_k - m), out = sum_k acc_k exp(m_k - m) / l,
-//   lse = m + log(l).
-template <typename scalar_t, typename index_t>
-__global__ void gatv2_hub_finish_kernel(const __grid_constant__ pygio_gatv2_params p, GatShape s,
-                                        GatHubs hubs) {
-  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int64_t items = hub_count(hubs.list) * s.heads;
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                      threadIdx.x / kWarpSize;
-       item < items; item += warps) {
-    const int64_t slot = item / s.heads, h = item % s.heads;
-    const HubEntry hub = hubs.list.hubs[slot];
-    const int64_t chunks =
-        (rowptr[hub.row + 1] - rowptr[hub.row] + kGatHubChunk - 1) / kGatHubChunk;
-    const int64_t first = hub.first_chunk * s.heads + h;  // state of chunk 0
-    float m = -INFINITY;
-    for (int64_t k = lane; k < chunks; k += kWarpSize)
-      m = fmaxf(m, hubs.stats[2 * (first + k * s.heads)]);
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-    float l = 0.f;
-    for (int64_t k = lane; k < chunks; k += kWarpSize) {
-      const int64_t state = first + k * s.heads;
-      l += hubs.stats[2 * state + 1] * expf(hubs.stats[2 * state] - m);
-    }
-    for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
-      l += __shfl_xor_sync(0xffffffffu, l, offset);
-    for (int64_t c = lane; c < s.channels; c += kWarpSize) {
-      float acc = 0.f;
-      for (int64_t k = 0; k < chunks; ++k) {
-        const int64_t state = first + k * s.heads;
-        acc += hubs.partial[state * s.channels + c] * expf(hubs.stats[2 * state] - m);
-      }
-      static_cast<scalar_t*>(p.out)[hub.row * s.width() + h * s.channels + c] =
-          DTypeTraits<scalar_t>::store(acc / l);
-    }
-    if (lane == 0) p.lse[hub.row * s.heads + h] = m + logf(l);
-  }
-}
-
-// alpha[e, h] = exp(s[e, h] - lse[i, h]): a warp per kGatAlphaChunk
-// consecutive entries (grid-stride), the rows they meet in turn, heads in
-// passes, so a hub row of any degree is spread over many warps.
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    gatv2_alpha_kernel(const __grid_constant__ pygio_gatv2_alpha_params p, GatShape s) {
-  using index_t = typename Traits::index_t;
-  using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems, U = Traits::kUnroll;
-  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  const int64_t chunks = (p.a.nnz + kGatAlphaChunk - 1) / kGatAlphaChunk;
-  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                       threadIdx.x / kWarpSize;
-       chunk < chunks; chunk += warps) {
-    const int64_t first = chunk * kGatAlphaChunk;
-    const int64_t last = first + kGatAlphaChunk < p.a.nnz ? first + kGatAlphaChunk : p.a.nnz;
-    // The row holding entry `first`: the last row starting at or before it.
-    int64_t row = last_at_most(p.a.num_rows, first,
-                               [&](int64_t r) { return static_cast<int64_t>(rowptr[r]); });
-    for (; row < p.a.num_rows; ++row) {
-      const int64_t row_begin = rowptr[row], row_end = rowptr[row + 1];
-      if (row_begin >= last) break;
-      const int64_t begin = row_begin > first ? row_begin : first;
-      const int64_t end = row_end < last ? row_end : last;
-      if (begin == end) continue;
-      for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
-        const PassHead head = pass_head(s, lane, h0);
-        float att[E], xr[E];
-        load_att<Traits>(p.att + head.h * s.channels, s, lane, att);
-        load_slice<Traits>(static_cast<const scalar_t*>(p.x_r) + row * p.x_r_row_stride +
-                               head.h * s.channels, s, lane, xr);
-        const float lse = p.lse[row * s.heads + head.h];
-        for_each_step<Traits, false>(
-            p, s, lane, head.h, begin, end, att, xr, att,
-            [&](const WalkStep<U, 1, index_t>& step, const float (&score)[U], const float (&)[U],
-                const EntryValues<Traits, U>&) {
-#pragma unroll
-              for (int u = 0; u < U; ++u)
-                if (step.real(u) && head.active && s.layout.lane_in_group(lane) == 0)
-                  p.alpha[step.pos(u) * s.heads + head.h] = expf(score[u] - lse);
-            });
-      }
-    }
-  }
-}
+};
 
 }  // namespace pygio

@@ -70,6 +70,10 @@ size_t pygio_struct_size(int32_t kind) {
     case PYGIO_STRUCT_GATV2_PARAMS: return sizeof(pygio_gatv2_params);
     case PYGIO_STRUCT_GATV2_BACKWARD_PARAMS: return sizeof(pygio_gatv2_backward_params);
     case PYGIO_STRUCT_GATV2_ALPHA_PARAMS: return sizeof(pygio_gatv2_alpha_params);
+    case PYGIO_STRUCT_TRANSFORMER_PARAMS: return sizeof(pygio_transformer_params);
+    case PYGIO_STRUCT_TRANSFORMER_BACKWARD_PARAMS:
+      return sizeof(pygio_transformer_backward_params);
+    case PYGIO_STRUCT_TRANSFORMER_ALPHA_PARAMS: return sizeof(pygio_transformer_alpha_params);
     default: return 0;
   }
 }

@@ -80,6 +80,9 @@ typedef enum {
   PYGIO_STRUCT_GATV2_PARAMS = 9,
   PYGIO_STRUCT_GATV2_BACKWARD_PARAMS = 10,
   PYGIO_STRUCT_GATV2_ALPHA_PARAMS = 11,
+  PYGIO_STRUCT_TRANSFORMER_PARAMS = 12,
+  PYGIO_STRUCT_TRANSFORMER_BACKWARD_PARAMS = 13,
+  PYGIO_STRUCT_TRANSFORMER_ALPHA_PARAMS = 14,
 } pygio_struct_kind;
 
 /*
@@ -551,6 +554,133 @@ typedef struct {
 } pygio_gatv2_alpha_params;
 
 PYGIO_API int pygio_gatv2_alpha(const pygio_gatv2_alpha_params* params);
+
+/*
+ * Graph-transformer attention (TransformerConv's) over a, rows =
+ * destinations i, col = sources j; for each entry e = (j -> i) and head h:
+ *   s[e,h]     = scale * <q[i,h,:], k[j,h,:] (+ edge[e,h,:])>
+ *   lse[i,h]   = log sum_{e into i} exp(s[e,h])          (-inf for an empty row)
+ *   out[i,h,:] = sum_{e=(j->i)} keep(e,h) / (1 - p) * exp(s[e,h] - lse[i,h])
+ *                              * (v[j,h,:] (+ edge[e,h,:]))
+ * keep and the hub split as in pygio_gatv2 (rows above max(*hub_degree,
+ * PYGIO_ATTENTION_MIN_HUB_DEGREE) entries, at most max_hubs of them, are
+ * split into chunks over all SMs and their softmax states merged); one
+ * pass over each row with an online softmax, nothing per entry written.
+ *
+ * q [num_rows, heads, channels], k and v [num_cols, heads, channels]: head
+ * stride = channels, inner stride 1, any node row stride >= heads *
+ * channels (column views of one fused projection are read in place).
+ * edge: [nnz, heads, channels] contiguous in CSR order, or NULL. out:
+ * [num_rows, heads, channels] contiguous; lse: [num_rows, heads] fp32
+ * contiguous. q, k, v, edge and out share dtype (fp32, fp16 or bf16).
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_transformer_params) */
+  int32_t dtype;           /* pygio_dtype of q, k, v, edge, out */
+  int32_t device;
+  pygio_csr a;             /* rows = destinations, col = sources */
+  int64_t heads;
+  int64_t channels;
+  const void* q;
+  int64_t q_row_stride;
+  const void* k;
+  int64_t k_row_stride;
+  const void* v;
+  int64_t v_row_stride;
+  const void* edge;        /* or NULL */
+  float scale;             /* finite; TransformerConv: 1 / sqrt(channels) */
+  float dropout_p;         /* in [0, 1) */
+  uint64_t seed;
+  const int64_t* hub_degree;  /* device scalar, or NULL: no row is split */
+  int64_t max_hubs;        /* hub slots of the workspace (0 with hub_degree NULL) */
+  void* out;
+  float* lse;
+  void* workspace;         /* pygio_transformer_workspace_size bytes, 16-byte aligned */
+  void* stream;
+} pygio_transformer_params;
+
+/* *bytes = the workspace pygio_transformer needs (sizes only are read). */
+PYGIO_API int pygio_transformer_workspace_size(const pygio_transformer_params* params,
+                                               size_t* bytes);
+
+PYGIO_API int pygio_transformer(const pygio_transformer_params* params);
+
+/*
+ * Gradients of pygio_transformer given grad_out (out and lse the
+ * forward's, every other input as there), with f = keep(e,h) / (1 - p) and
+ * alpha = exp(s - lse):
+ *   Delta[i,h]     = <grad_out[i,h,:], out[i,h,:]>
+ *   ds[e,h]        = alpha * (f * <grad_out[i,h,:], v[j,h,:] (+ edge[e,h,:])> - Delta[i,h])
+ *   grad_q[i,h,:]  = scale * sum_{e in row i} ds[e,h] * (k[j,h,:] (+ edge[e,h,:]))
+ *   grad_k[j,h,:]  = scale * sum_{e = (j -> i)} ds[e,h] * q[i,h,:]
+ *   grad_v[j,h,:]  = sum_{e = (j -> i)} f * alpha * grad_out[i,h,:]
+ *   grad_edge[e,h,:] = scale * ds[e,h] * q[i,h,:] + f * alpha * grad_out[i,h,:]
+ * grad_q comes from a pass over a (Delta into the workspace), grad_k,
+ * grad_v and grad_edge from a pass over a_t (the CSR^T: rows = sources,
+ * col = destinations) whose perm_t maps each CSR^T position to its CSR
+ * position; scores are recomputed from lse. This version walks every row
+ * with one warp (hub rows are not split). Every output is fully
+ * overwritten. out, grad_out, grad_q, grad_k, grad_v (and grad_edge):
+ * contiguous, in dtype; lse: fp32.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_transformer_backward_params) */
+  int32_t dtype;
+  int32_t device;
+  pygio_csr a;
+  pygio_csr a_t;
+  const void* perm_t;      /* [nnz], index width of a */
+  int64_t heads;
+  int64_t channels;
+  const void* q;
+  int64_t q_row_stride;
+  const void* k;
+  int64_t k_row_stride;
+  const void* v;
+  int64_t v_row_stride;
+  const void* edge;        /* or NULL */
+  float scale;
+  float dropout_p;
+  uint64_t seed;
+  const void* out;
+  const float* lse;
+  const void* grad_out;
+  void* grad_q;            /* [num_rows, heads, channels] */
+  void* grad_k;            /* [num_cols, heads, channels] */
+  void* grad_v;            /* [num_cols, heads, channels] */
+  void* grad_edge;         /* [nnz, heads, channels]; required iff edge */
+  void* workspace;         /* pygio_transformer_backward_workspace_size bytes, 16-byte aligned */
+  void* stream;
+} pygio_transformer_backward_params;
+
+PYGIO_API int pygio_transformer_backward_workspace_size(
+    const pygio_transformer_backward_params* params, size_t* bytes);
+
+PYGIO_API int pygio_transformer_backward(const pygio_transformer_backward_params* params);
+
+/*
+ * alpha[e,h] = exp(s[e,h] - lse[i,h]) of pygio_transformer for every entry,
+ * in CSR order (before dropout), from the forward's lse.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_transformer_alpha_params) */
+  int32_t dtype;
+  int32_t device;
+  pygio_csr a;
+  int64_t heads;
+  int64_t channels;
+  const void* q;
+  int64_t q_row_stride;
+  const void* k;
+  int64_t k_row_stride;
+  const void* edge;        /* or NULL */
+  float scale;
+  const float* lse;
+  float* alpha;            /* [nnz, heads] fp32 contiguous */
+  void* stream;
+} pygio_transformer_alpha_params;
+
+PYGIO_API int pygio_transformer_alpha(const pygio_transformer_alpha_params* params);
 
 #ifdef __cplusplus
 }

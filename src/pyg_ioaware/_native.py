@@ -266,6 +266,91 @@ class Gatv2AlphaParams(ctypes.Structure):
     ]
 
 
+class TransformerParams(ctypes.Structure):
+    """Mirror of ``pygio_transformer_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("heads", ctypes.c_int64),
+        ("channels", ctypes.c_int64),
+        ("q", ctypes.c_void_p),
+        ("q_row_stride", ctypes.c_int64),
+        ("k", ctypes.c_void_p),
+        ("k_row_stride", ctypes.c_int64),
+        ("v", ctypes.c_void_p),
+        ("v_row_stride", ctypes.c_int64),
+        ("edge", ctypes.c_void_p),
+        ("scale", ctypes.c_float),
+        ("dropout_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("hub_degree", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.POINTER(ctypes.c_float)),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class TransformerBackwardParams(ctypes.Structure):
+    """Mirror of ``pygio_transformer_backward_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("a_t", Csr),
+        ("perm_t", ctypes.c_void_p),
+        ("heads", ctypes.c_int64),
+        ("channels", ctypes.c_int64),
+        ("q", ctypes.c_void_p),
+        ("q_row_stride", ctypes.c_int64),
+        ("k", ctypes.c_void_p),
+        ("k_row_stride", ctypes.c_int64),
+        ("v", ctypes.c_void_p),
+        ("v_row_stride", ctypes.c_int64),
+        ("edge", ctypes.c_void_p),
+        ("scale", ctypes.c_float),
+        ("dropout_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.POINTER(ctypes.c_float)),
+        ("grad_out", ctypes.c_void_p),
+        ("grad_q", ctypes.c_void_p),
+        ("grad_k", ctypes.c_void_p),
+        ("grad_v", ctypes.c_void_p),
+        ("grad_edge", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class TransformerAlphaParams(ctypes.Structure):
+    """Mirror of ``pygio_transformer_alpha_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("heads", ctypes.c_int64),
+        ("channels", ctypes.c_int64),
+        ("q", ctypes.c_void_p),
+        ("q_row_stride", ctypes.c_int64),
+        ("k", ctypes.c_void_p),
+        ("k_row_stride", ctypes.c_int64),
+        ("edge", ctypes.c_void_p),
+        ("scale", ctypes.c_float),
+        ("lse", ctypes.POINTER(ctypes.c_float)),
+        ("alpha", ctypes.POINTER(ctypes.c_float)),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 def library_path() -> Optional[str]:
     """The native library to load: $PYG_IOAWARE_NATIVE_LIB, else the copy
     installed inside the package, else None."""
@@ -357,6 +442,14 @@ _SIGNATURES = {
         [ctypes.POINTER(Gatv2BackwardParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "pygio_gatv2_backward": ([ctypes.POINTER(Gatv2BackwardParams)], ctypes.c_int),
     "pygio_gatv2_alpha": ([ctypes.POINTER(Gatv2AlphaParams)], ctypes.c_int),
+    "pygio_transformer_workspace_size": (
+        [ctypes.POINTER(TransformerParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_transformer": ([ctypes.POINTER(TransformerParams)], ctypes.c_int),
+    "pygio_transformer_backward_workspace_size": (
+        [ctypes.POINTER(TransformerBackwardParams), ctypes.POINTER(ctypes.c_size_t)],
+        ctypes.c_int),
+    "pygio_transformer_backward": ([ctypes.POINTER(TransformerBackwardParams)], ctypes.c_int),
+    "pygio_transformer_alpha": ([ctypes.POINTER(TransformerAlphaParams)], ctypes.c_int),
 }
 
 
@@ -741,6 +834,69 @@ def gatv2_alpha(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Opt
                               **_gatv2_inputs(rowptr, col, x_l, x_r, edge, att, negative_slope),
                               lse=_float_pointer(lse), alpha=_float_pointer(alpha))
     check(library().pygio_gatv2_alpha(ctypes.byref(params)))
+
+
+def _transformer_inputs(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor,
+                        edge: Optional[Tensor], scale: float) -> dict:
+    """The fields pygio_transformer, _backward and _alpha share."""
+    return dict(dtype=_dtype_code(q.dtype), device=q.device.index,
+                a=_csr(rowptr, col, k.size(0)), heads=q.size(1), channels=q.size(2),
+                q=q.data_ptr(), q_row_stride=_node_row_stride(q, "q"),
+                k=k.data_ptr(), k_row_stride=_node_row_stride(k, "k"),
+                edge=pointer(edge), scale=scale, stream=stream_of(q))
+
+
+def transformer(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, v: Tensor,
+                edge: Optional[Tensor], scale: float, dropout_p: float, seed: int,
+                hub_degree: Optional[Tensor], max_hubs: int, out: Tensor, lse: Tensor) -> None:
+    """Enqueues out and lse = graph-transformer attention over the CSR
+    (rowptr, col) on torch's current stream (contract: pygio_transformer)."""
+    lib = library()
+    params = TransformerParams(struct_size=ctypes.sizeof(TransformerParams),
+                               **_transformer_inputs(rowptr, col, q, k, edge, scale),
+                               v=v.data_ptr(), v_row_stride=_node_row_stride(v, "v"),
+                               dropout_p=dropout_p, seed=seed,
+                               hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
+                               out=out.data_ptr(), lse=_float_pointer(lse))
+    size = ctypes.c_size_t()
+    check(lib.pygio_transformer_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    workspace = _workspace(size, q.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_transformer(ctypes.byref(params)))
+
+
+def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tensor, k: Tensor,
+                         v: Tensor, edge: Optional[Tensor], scale: float, dropout_p: float,
+                         seed: int, out: Tensor, lse: Tensor, grad_out: Tensor, grad_q: Tensor,
+                         grad_k: Tensor, grad_v: Tensor, grad_edge: Optional[Tensor]) -> None:
+    """Enqueues the gradients of :func:`transformer` (contract:
+    pygio_transformer_backward); ``transpose`` = (rowptr_t, col_t, perm_t)."""
+    lib = library()
+    rowptr_t, col_t, perm_t = transpose
+    params = TransformerBackwardParams(
+        struct_size=ctypes.sizeof(TransformerBackwardParams),
+        **_transformer_inputs(rowptr, col, q, k, edge, scale),
+        a_t=_csr(rowptr_t, col_t, rowptr.numel() - 1), perm_t=perm_t.data_ptr(),
+        v=v.data_ptr(), v_row_stride=_node_row_stride(v, "v"), dropout_p=dropout_p, seed=seed,
+        out=out.data_ptr(), lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
+        grad_q=grad_q.data_ptr(), grad_k=grad_k.data_ptr(), grad_v=grad_v.data_ptr(),
+        grad_edge=pointer(grad_edge))
+    size = ctypes.c_size_t()
+    check(lib.pygio_transformer_backward_workspace_size(ctypes.byref(params),
+                                                        ctypes.byref(size)))
+    workspace = _workspace(size, q.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_transformer_backward(ctypes.byref(params)))
+
+
+def transformer_alpha(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, edge: Optional[Tensor],
+                      scale: float, lse: Tensor, alpha: Tensor) -> None:
+    """Enqueues alpha [nnz, heads] (fp32, CSR order, before dropout) from the
+    forward's lse (contract: pygio_transformer_alpha)."""
+    params = TransformerAlphaParams(struct_size=ctypes.sizeof(TransformerAlphaParams),
+                                    **_transformer_inputs(rowptr, col, q, k, edge, scale),
+                                    lse=_float_pointer(lse), alpha=_float_pointer(alpha))
+    check(library().pygio_transformer_alpha(ctypes.byref(params)))
 
 
 def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Optional[Tensor],

@@ -1,0 +1,107 @@
+// Graph-transformer attention's member of the attention family (contracts:
+// pygio_transformer, pygio_transformer_alpha in pyg_ioaware.h): the scores
+// and values of a row's entries; attention_forward.cuh does the softmax,
+// the hubs and the weights. For destination i, head h, entry e = (j -> i):
+//   s[e,h]     = scale * <q[i,h,:], k[j,h,:] (+ edge[e,h,:])>,
+//   value[e,h] = v[j,h,:] (+ edge[e,h,:]).
+// The score and value helpers also serve the backward passes
+// (transformer_backward_kernel.cuh), which recompute the scores bit for bit.
+#pragma once
+
+#include "attention_forward.cuh"
+#include "gatv2_traits.cuh"
+
+namespace pygio {
+
+// The lane's part of <q, key (+ edge)> (group_sum completes it). Every pass
+// sums in this order.
+template <int N>
+__device__ __forceinline__ float key_part(const float (&q)[N], const float (&key)[N],
+                                          bool has_edge, const float (&edge)[N]) {
+  float partial = 0.f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) partial += q[k] * (has_edge ? key[k] + edge[k] : key[k]);
+  return partial;
+}
+
+// value (+ edge), elementwise.
+template <int N>
+__device__ __forceinline__ void add_edge(float (&value)[N], bool has_edge, const float (&edge)[N]) {
+  if (!has_edge) return;
+#pragma unroll
+  for (int k = 0; k < N; ++k) value[k] += edge[k];
+}
+
+// The value slices of a step's entries, widened on demand: v (+ edge).
+template <typename Traits, int U>
+struct TransformerValues {
+  const RawSlice<Traits> (&value_raw)[U];
+  const RawSlice<Traits> (&edge_raw)[U];
+  bool has_edge;
+
+  __device__ __forceinline__ void operator()(int u, float (&value)[Traits::kElems]) const {
+    float edge_values[Traits::kElems];
+    value_raw[u].to_float(value);
+    edge_raw[u].to_float(edge_values);
+    add_edge(value, has_edge, edge_values);
+  }
+};
+
+// Graph-transformer attention for attention_forward.cuh: stages q[row, h];
+// a step gathers k (and with kValues v) of its entries' sources and their
+// edge rows: two gathered rows an entry, so half the entries in flight of
+// a one-row walk.
+struct TransformerFamily {
+  template <typename Traits>
+  static constexpr int unroll() { return Traits::kSourceUnroll; }
+  template <typename Traits, int U>
+  using Entries = TransformerValues<Traits, U>;
+
+  template <typename Traits, bool kValues, typename P, typename Step>
+  static __device__ __forceinline__ void for_each_score(const P& p, const GatShape& s, int lane,
+                                                        int64_t row, int64_t h, int64_t begin,
+                                                        int64_t end, Step step) {
+    using index_t = typename Traits::index_t;
+    using scalar_t = typename Traits::scalar_t;
+    constexpr int E = Traits::kElems, U = unroll<Traits>();
+    float q[E];
+    load_slice<Traits>(static_cast<const scalar_t*>(p.q) + row * p.q_row_stride + h * s.channels,
+                       s, lane, q);
+    const auto* __restrict__ k = static_cast<const scalar_t*>(p.k) + h * s.channels;
+    const bool has_edge = p.edge != nullptr;
+    const scalar_t* __restrict__ edge =
+        has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
+    const index_t* const index[1] = {static_cast<const index_t*>(p.a.col)};
+    walk_row<U, 1>(s, lane, begin, end, index, [&](const WalkStep<U, 1, index_t>& walk) {
+      RawSlice<Traits> key_raw[U], value_raw[U], edge_raw[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int64_t j = walk.index[0][u];
+        if (walk.real(u)) key_raw[u].load(k + j * p.k_row_stride, s, lane);
+        else key_raw[u].clear();
+        if constexpr (kValues) {
+          if (walk.real(u))
+            value_raw[u].load(static_cast<const scalar_t*>(p.v) + h * s.channels +
+                                  j * p.v_row_stride, s, lane);
+          else value_raw[u].clear();
+        }
+        if (walk.real(u) && has_edge) edge_raw[u].load(edge + walk.pos(u) * s.width(), s, lane);
+        else edge_raw[u].clear();
+      }
+      float score[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float key[E], edge_values[E];
+        key_raw[u].to_float(key);
+        edge_raw[u].to_float(edge_values);
+        score[u] = key_part(q, key, has_edge, edge_values);
+      }
+      group_sums(score, s.layout);
+#pragma unroll
+      for (int u = 0; u < U; ++u) score[u] *= p.scale;
+      step(walk, score, TransformerValues<Traits, U>{value_raw, edge_raw, has_edge});
+    });
+  }
+};
+
+}  // namespace pygio

@@ -1,0 +1,193 @@
+// Entry points of graph-transformer attention: forward and attention
+// weights (attention_forward_launch.cuh with TransformerFamily) and the
+// backward (Delta per node and head in the workspace, the destination
+// pass over a, then the source pass over a_t).
+#include <math.h>
+
+#include "../common/device_guard.h"
+#include "attention_forward_launch.cuh"
+#include "gatv2_dispatch.cuh"
+#include "transformer_backward_kernel.cuh"
+#include "transformer_kernel.cuh"
+
+namespace pygio {
+namespace {
+
+// Checks of the fields the three entries share (no device access): the
+// CSR, dtype, heads and channels, q and k with their row strides, scale.
+template <typename P>
+int check_shared(const P& p, const char* entry) {
+  PYGIO_TRY(check_csr(p.a, entry));
+  PYGIO_CHECK_ARG(p.dtype == PYGIO_FLOAT32 || p.dtype == PYGIO_FLOAT16 ||
+                      p.dtype == PYGIO_BFLOAT16,
+                  entry_message(entry, "dtype must be float32, float16 or bfloat16, got code " +
+                                           std::to_string(p.dtype)));
+  PYGIO_CHECK_ARG(p.heads > 0 && p.channels > 0,
+                  entry_message(entry, "heads and channels must be positive"));
+  PYGIO_CHECK_ARG(isfinite(p.scale), entry_message(entry, "scale must be finite"));
+  if (p.a.num_rows > 0) {
+    PYGIO_CHECK_ARG(p.a.rowptr != nullptr && p.q != nullptr,
+                    entry_message(entry, "rowptr and q must not be NULL"));
+    PYGIO_TRY(check_row_stride(p.q_row_stride, p.heads * p.channels, "q", entry));
+  }
+  if (p.a.nnz > 0) {
+    PYGIO_CHECK_ARG(p.k != nullptr, entry_message(entry, "k must not be NULL"));
+    PYGIO_TRY(check_row_stride(p.k_row_stride, p.heads * p.channels, "k", entry));
+  }
+  return PYGIO_OK;
+}
+
+// v, read by the forward and the backward.
+template <typename P>
+int check_values(const P& p, const char* entry) {
+  if (p.a.nnz == 0) return PYGIO_OK;
+  PYGIO_CHECK_ARG(p.v != nullptr, entry_message(entry, "v must not be NULL"));
+  return check_row_stride(p.v_row_stride, p.heads * p.channels, "v", entry);
+}
+
+int check_forward(const pygio_transformer_params& p, const char* entry) {
+  PYGIO_TRY(check_shared(p, entry));
+  PYGIO_TRY(check_values(p, entry));
+  PYGIO_TRY(gatv2::check_dropout(p.dropout_p, entry));
+  return attention::check_forward_outputs(p, entry);
+}
+
+// Workspace of the backward: Delta [num_rows, heads] fp32.
+size_t backward_workspace_bytes(const pygio_transformer_backward_params& p) {
+  return gatv2::round_up(p.a.num_rows * p.heads * sizeof(float));
+}
+
+int check_backward(const pygio_transformer_backward_params& p, const char* entry) {
+  PYGIO_TRY(check_shared(p, entry));
+  PYGIO_TRY(check_values(p, entry));
+  PYGIO_TRY(gatv2::check_dropout(p.dropout_p, entry));
+  PYGIO_TRY(check_csr(p.a_t, entry));
+  PYGIO_CHECK_ARG(p.a_t.num_rows == p.a.num_cols && p.a_t.num_cols == p.a.num_rows &&
+                      p.a_t.nnz == p.a.nnz && p.a_t.index_bits == p.a.index_bits,
+                  entry_message(entry, "a_t must be the transpose of a"));
+  PYGIO_CHECK_ARG((p.edge == nullptr) == (p.grad_edge == nullptr),
+                  entry_message(entry, "grad_edge must be given exactly when edge is"));
+  if (p.a.num_rows > 0) {
+    PYGIO_CHECK_ARG(p.out != nullptr && p.lse != nullptr && p.grad_out != nullptr &&
+                        p.grad_q != nullptr,
+                    entry_message(entry, "out, lse, grad_out and grad_q must not be NULL"));
+  }
+  if (p.a.num_cols > 0) {
+    PYGIO_CHECK_ARG(p.grad_k != nullptr && p.grad_v != nullptr && p.a_t.rowptr != nullptr &&
+                        p.k != nullptr && p.v != nullptr,
+                    entry_message(entry, "grad_k, grad_v, a_t.rowptr, k and v must not be NULL"));
+    PYGIO_TRY(check_row_stride(p.k_row_stride, p.heads * p.channels, "k", entry));
+    PYGIO_TRY(check_row_stride(p.v_row_stride, p.heads * p.channels, "v", entry));
+  }
+  PYGIO_CHECK_ARG(p.a.nnz == 0 || p.perm_t != nullptr,
+                  entry_message(entry, "perm_t must not be NULL"));
+  PYGIO_CHECK_ARG(backward_workspace_bytes(p) == 0 || p.workspace != nullptr,
+                  entry_message(entry, "this call needs a workspace"));
+  PYGIO_CHECK_ARG(gatv2::aligned(p.workspace),
+                  entry_message(entry, "workspace must be 16-byte aligned"));
+  return PYGIO_OK;
+}
+
+template <typename Traits>
+int launch_backward(const pygio_transformer_backward_params& p, const GatShape& shape,
+                    cudaStream_t stream) {
+  constexpr int kThreads = Traits::kThreadsPerBlock;
+  auto* delta = static_cast<float*>(p.workspace);
+  unsigned grid = 0;
+  if (p.a.num_rows > 0) {
+    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    transformer_backward_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, delta);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  if (p.a.num_cols > 0) {
+    PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    transformer_backward_sources_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, delta);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  return PYGIO_OK;
+}
+
+}  // namespace
+}  // namespace pygio
+
+extern "C" int pygio_transformer_workspace_size(const pygio_transformer_params* params,
+                                                size_t* bytes) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
+  PYGIO_TRY(check_shared(*params, __func__));
+  PYGIO_CHECK_ARG(params->max_hubs >= 0,
+                  entry_message(__func__, "max_hubs must be non-negative"));
+  *bytes = attention::forward_workspace_bytes(*params);
+  return ok();
+}
+
+extern "C" int pygio_transformer(const pygio_transformer_params* params) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_forward(*params, __func__));
+  const pygio_transformer_params& p = *params;
+  if (p.a.num_rows == 0) return ok();
+  gatv2::Plan plan;
+  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels,
+                             {p.q_row_stride, p.k_row_stride, p.v_row_stride, p.heads * p.channels},
+                             {p.q, p.k, p.v, p.edge, p.out}, __func__, &plan));
+  DeviceGuard guard;
+  PYGIO_TRY(guard.set(p.device));
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
+    return attention::launch_forward<TransformerFamily, decltype(traits)>(p, s, stream);
+  }));
+  return ok();
+}
+
+extern "C" int pygio_transformer_alpha(const pygio_transformer_alpha_params* params) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_shared(*params, __func__));
+  PYGIO_TRY(attention::check_alpha_outputs(*params, __func__));
+  const pygio_transformer_alpha_params& p = *params;
+  if (p.a.nnz == 0) return ok();
+  gatv2::Plan plan;
+  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels,
+                             {p.q_row_stride, p.k_row_stride, p.heads * p.channels},
+                             {p.q, p.k, p.edge}, __func__, &plan));
+  DeviceGuard guard;
+  PYGIO_TRY(guard.set(p.device));
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
+    return attention::launch_alpha<TransformerFamily, decltype(traits)>(p, s, stream);
+  }));
+  return ok();
+}
+
+extern "C" int pygio_transformer_backward_workspace_size(
+    const pygio_transformer_backward_params* params, size_t* bytes) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
+  PYGIO_TRY(check_shared(*params, __func__));
+  *bytes = backward_workspace_bytes(*params);
+  return ok();
+}
+
+extern "C" int pygio_transformer_backward(const pygio_transformer_backward_params* params) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_backward(*params, __func__));
+  const pygio_transformer_backward_params& p = *params;
+  if (p.a.num_rows == 0 && p.a.num_cols == 0) return ok();
+  gatv2::Plan plan;
+  PYGIO_TRY(gatv2::make_plan(
+      p.dtype, p.heads, p.channels,
+      {p.q_row_stride, p.k_row_stride, p.v_row_stride, p.heads * p.channels},
+      {p.q, p.k, p.v, p.edge, p.out, p.grad_out, p.grad_q, p.grad_k, p.grad_v, p.grad_edge},
+      __func__, &plan));
+  DeviceGuard guard;
+  PYGIO_TRY(guard.set(p.device));
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
+    return launch_backward<decltype(traits)>(p, s, stream);
+  }));
+  return ok();
+}
