@@ -4,6 +4,7 @@ from .fused_message_passing import FusedMessagePassing
 from .gatv2_conv import GATv2Conv
 from .gcn_conv import GCNConv
 from .sage_conv import SAGEConv
+from .transformer_conv import TransformerConv
 
-__all__ = ["FusedMessagePassing", "GATv2Conv", "GCNConv", "SAGEConv", "SumAggregation", "MeanAggregation",
-           "MinAggregation", "MaxAggregation"]
+__all__ = ["FusedMessagePassing", "GATv2Conv", "GCNConv", "SAGEConv", "TransformerConv",
+           "SumAggregation", "MeanAggregation", "MinAggregation", "MaxAggregation"]

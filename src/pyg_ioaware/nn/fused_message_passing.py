@@ -122,8 +122,15 @@ class FusedMessagePassing(MessagePassing):
                              f"{tuple(fused_aggrs)}, got {aggr!r}")
         super().__init__(aggr=aggr, **kwargs)
         # Why every call takes PyG's path (None: the aggregation is fused).
-        self._aggr_reason: Optional[str] = (
-            None if fused else f"aggr={self.aggr!r} has no fused kernel")
+        self._aggr_reason: Optional[str] = self.aggr_reason(self.aggr, fused_aggrs)
+
+    @staticmethod
+    def aggr_reason(aggr: Any, fused_aggrs: Sequence[str]) -> Optional[str]:
+        """Why every call with MessagePassing's ``aggr`` must take PyG's
+        path, or None where it is one of ``fused_aggrs`` (for layers whose
+        PyG ``__init__`` sets ``aggr`` itself)."""
+        fused = isinstance(aggr, str) and aggr in fused_aggrs
+        return None if fused else f"aggr={aggr!r} has no fused kernel"
 
     # ------------------------------------------------------------ the choice
     @torch.jit.unused

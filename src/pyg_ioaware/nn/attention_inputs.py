@@ -1,0 +1,55 @@
+"""What the attention layers (GATv2Conv, TransformerConv) share about their
+inputs: which inputs take PyG's path, and per-edge tensors moved between
+the input's edge order and the Graph's CSR order (the order the attention
+ops read and write per-edge tensors in)."""
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import is_sparse
+
+from ..graph import Graph
+
+__all__ = ["attention_pyg_path_reason", "in_csr_order", "in_input_order", "input_edge_index"]
+
+
+def attention_pyg_path_reason(layer: Any, x: Any, edge_index: Any,
+                              edge_attr: Any) -> Optional[str]:
+    """``layer.pyg_path_reason()`` plus what every attention layer's inputs
+    need PyG's path for: TorchScript, a sparse adjacency, ``flow=
+    "target_to_source"``, ``edge_attr`` without ``edge_dim`` (PyG adds it
+    unprojected) and a bipartite input without destination features."""
+    reason = layer.pyg_path_reason()
+    if reason is not None:
+        return reason
+    if torch.jit.is_scripting():
+        return "TorchScript"
+    if is_sparse(edge_index):
+        return "a sparse adjacency"
+    if layer.flow != "source_to_target":
+        return f"flow={layer.flow!r}"
+    if edge_attr is not None and layer.lin_edge is None:
+        return "edge_attr without edge_dim"
+    if not isinstance(x, Tensor) and (len(x) != 2 or x[1] is None):
+        return "bipartite input without destination features"
+    return None
+
+
+def in_csr_order(values: Tensor, graph: Graph) -> Tensor:
+    """``values`` [E, ...], one row per input edge of ``graph``, in its CSR
+    order."""
+    return values if graph.edge_perm is None else values.index_select(
+        0, graph.edge_perm.long())
+
+
+def in_input_order(values: Tensor, graph: Graph) -> Tensor:
+    """``values`` [E, ...] in ``graph``'s CSR order, back in its input edge
+    order (the inverse of :func:`in_csr_order`)."""
+    if graph.edge_perm is None:
+        return values
+    return torch.empty_like(values).index_copy_(0, graph.edge_perm.long(), values)
+
+
+def input_edge_index(graph: Graph) -> Tensor:
+    """The int64 edge_index ``graph`` was built from (its input edge order)."""
+    return in_input_order(torch.stack([graph.col, graph.row], dim=1).long(), graph).t()

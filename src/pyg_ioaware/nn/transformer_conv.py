@@ -1,0 +1,277 @@
+"""TransformerConv: PyG's graph transformer operator with its attention
+fused into one pass per destination (the attention family's kernels)."""
+import typing
+from typing import Any, Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.parameter import is_lazy
+from torch_geometric.nn import TransformerConv as PygTransformerConv
+from torch_geometric.typing import (Adj, NoneType, OptTensor, PairTensor,  # noqa: F401
+                                    SparseTensor)
+
+from ..graph import Graph
+from ..ops.dropout import new_seed
+from ..ops.hubs import DEFAULT_HUB_QUANTILE
+from ..ops.transformer import graph_transformer, transformer_weights_trusted
+from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
+                               input_edge_index)
+from .fused_message_passing import FusedMessagePassing
+
+if typing.TYPE_CHECKING:
+    from typing import overload
+else:
+    from torch.jit import _overload_method as overload
+
+# No __all__ here: PyG's generated propagate module star-imports this one
+# for the type names above (Tensor, OptTensor, PairTensor, ...).
+
+
+class TransformerConv(FusedMessagePassing, PygTransformerConv):
+    r"""The graph transformer operator from the `"Masked Label Prediction:
+    Unified Message Passing Model for Semi-Supervised Classification"
+    <https://arxiv.org/abs/2009.03509>`_ paper, a drop-in replacement for
+    :class:`torch_geometric.nn.TransformerConv` (same arguments, parameters,
+    ``state_dict`` keys and outputs; a :class:`MessagePassing` subclass):
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \mathbf{W}_1 \mathbf{x}_i +
+        \sum_{j \in \mathcal{N}(i)} \alpha_{i,j} \left(\mathbf{W}_2
+        \mathbf{x}_{j} + \mathbf{W}_6 \mathbf{e}_{ij}\right),
+        \qquad
+        \alpha_{i,j} = \mathrm{softmax}_j \left(
+        \frac{(\mathbf{W}_3\mathbf{x}_i)^{\top} (\mathbf{W}_4\mathbf{x}_j +
+        \mathbf{W}_6 \mathbf{e}_{ij})} {\sqrt{d}} \right)
+
+    per head (d = ``out_channels``), heads concatenated or averaged; with
+    ``beta`` the skip is gated, :math:`\mathbf{x}^{\prime}_i = \beta_i
+    \mathbf{W}_1 \mathbf{x}_i + (1 - \beta_i) \mathbf{m}_i` with
+    :math:`\beta_i = \textrm{sigmoid}(\mathbf{w}_5^{\top} [\mathbf{W}_1
+    \mathbf{x}_i, \mathbf{m}_i, \mathbf{W}_1 \mathbf{x}_i - \mathbf{m}_i])`
+    and :math:`\mathbf{m}_i` the attention output.
+
+    **What is fused.** For one node tensor ``x`` the query, key and value
+    maps are one matrix product (their weights concatenated, [N, 3 * heads
+    * channels]), and q, k, v are strided views of it, read in place; for a
+    bipartite ``(x_src, x_dst)`` key and value are one product of
+    ``x_src``. The scores, the softmax over each destination's incoming
+    edges, attention dropout and the weighted sum are one kernel pass per
+    destination (:func:`pyg_ioaware.ops.transformer.graph_transformer`): no
+    [E, heads, channels] or [E, heads] tensor is written, only the per-node
+    log-sum-exp is kept for backward, which recomputes the scores. Dropout
+    masks come from a counter-based generator seeded from torch's and are
+    regenerated in backward. The linear maps are plain torch (16-bit under
+    autocast). With ``edge_dim`` the projected edge features [E, heads *
+    channels] are one tensor (lin_edge's output, in the graph's CSR order);
+    ``return_attention_weights`` computes the weights [E, heads] on request
+    from the saved log-sum-exp, in the input's edge order (they carry no
+    gradient). The skip (``root_weight``, ``beta``) is PyG's code.
+
+    **What takes PyG's path** (PyG's own forward code): explain masks,
+    propagate / edge hooks, ``decomposed_layers > 1``, an ``aggr`` other
+    than ``"add"``, a subclass overriding ``message`` and friends,
+    SparseTensor and torch.sparse adjacencies, ``flow="target_to_source"``,
+    ``edge_attr`` without ``edge_dim``, a bipartite input without
+    destination features, lazy ``in_channels=-1`` before the first call,
+    and TorchScript.
+
+    Args: as :class:`torch_geometric.nn.TransformerConv` (``in_channels``,
+    ``out_channels``, ``heads``, ``concat``, ``beta``, ``dropout``,
+    ``edge_dim``, ``bias``, ``root_weight``, MessagePassing's
+    ``**kwargs``).
+
+    Shapes: as PyG's; input ``x`` [|V|, F] or ((|V_s|, F_s), (|V_t|,
+    F_t)), ``edge_index`` [2, |E|] (or EdgeIndex, a Graph), ``edge_attr``
+    [|E|, edge_dim]; output [|V_t|, H * C] (or [|V_t|, C] without
+    concat), with ``return_attention_weights`` also (edge_index [2, |E|],
+    alpha [|E|, H]).
+
+    The attribute ``hub_quantile`` (default 0.99): destinations with
+    in-degree above that quantile (and above 256) are split over all SMs
+    on CUDA.
+    """
+    _alpha: OptTensor  # PyG's, restated: TorchScript reads the scripted class's annotations
+    hub_quantile = DEFAULT_HUB_QUANTILE
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        PygTransformerConv.__init__(self, *args, **kwargs)
+        self._aggr_reason = self.aggr_reason(self.aggr, ("add", "sum"))
+
+    @overload
+    def forward(
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        return_attention_weights: NoneType = None,
+    ) -> Tensor:
+        pass
+
+    @overload
+    def forward(  # noqa: F811
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Tensor,
+        edge_attr: OptTensor = None,
+        return_attention_weights: bool = None,
+    ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        pass
+
+    @overload
+    def forward(  # noqa: F811
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: SparseTensor,
+        edge_attr: OptTensor = None,
+        return_attention_weights: bool = None,
+    ) -> Tuple[Tensor, SparseTensor]:
+        pass
+
+    def forward(  # noqa: F811
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        return_attention_weights: Optional[bool] = None,
+    ) -> Union[
+            Tensor,
+            Tuple[Tensor, Tuple[Tensor, Tensor]],
+            Tuple[Tensor, SparseTensor],
+    ]:
+        if not torch.jit.is_scripting():
+            reason = self._pyg_path_reason(x, edge_index, edge_attr)
+            if reason is None:
+                return self.fused_forward(x, edge_index, edge_attr, return_attention_weights)
+            self.check_pyg_path_input(edge_index, reason)
+
+        # PyG's path: PyG's forward (TorchScript compiles only this; PyG's
+        # class cannot be called from a scripted method), its output
+        # combination shared with the fused path.
+        H, C = self.heads, self.out_channels
+
+        if isinstance(x, Tensor):
+            x = (x, x)
+
+        query = self.lin_query(x[1]).view(-1, H, C)
+        key = self.lin_key(x[0]).view(-1, H, C)
+        value = self.lin_value(x[0]).view(-1, H, C)
+
+        # propagate_type: (query: Tensor, key:Tensor, value: Tensor,
+        #                  edge_attr: OptTensor)
+        out = self.propagate(edge_index, query=query, key=key, value=value,
+                             edge_attr=edge_attr)
+
+        alpha = self._alpha
+        self._alpha = None
+
+        out = self.combine(out, x[1])
+
+        if isinstance(return_attention_weights, bool):
+            assert alpha is not None
+            if isinstance(edge_index, Tensor):
+                return out, (edge_index, alpha)
+            elif isinstance(edge_index, SparseTensor):
+                return out, edge_index.set_value(alpha, layout='coo')
+        else:
+            return out
+
+    @torch.jit.unused
+    def fused_forward(self, x: Union[Tensor, PairTensor], edge_index: Any,
+                      edge_attr: OptTensor = None,
+                      return_attention_weights: Optional[bool] = None) -> Any:
+        """The fused attention between PyG's linear maps; same result as
+        PyG's forward."""
+        heads, channels = self.heads, self.out_channels
+        x_src, x_dst = self._node_features(x)
+        if isinstance(x, Tensor):
+            q, k, v = self._fused_linear(x, (self.lin_query, self.lin_key, self.lin_value))
+        else:
+            q = self.lin_query(x_dst).view(x_dst.size(0), heads, channels)
+            k, v = self._fused_linear(x_src, (self.lin_key, self.lin_value))
+
+        graph = Graph.from_input(edge_index, (x_src.size(0), x_dst.size(0)))
+        edge = None
+        if self.lin_edge is not None:
+            edge = self.lin_edge(in_csr_order(self._checked_edge_attr(edge_attr, graph), graph))
+            edge = edge.view(-1, heads, channels)
+        dropout = self.dropout if self.training else 0.0
+        seed = new_seed() if dropout > 0 else 0
+        scale = channels ** -0.5
+        out, lse = graph_transformer(graph, q, k, v, edge, scale, dropout, seed,
+                                     self.hub_quantile)
+
+        out = self.combine(out, x_dst)
+        if not isinstance(return_attention_weights, bool):
+            return out
+        alpha = transformer_weights_trusted(graph.rowptr, graph.col, q.detach(), k.detach(),
+                                            None if edge is None else edge.detach(), lse,
+                                            scale).to(q.dtype)
+        if isinstance(edge_index, Graph):
+            edge_index = input_edge_index(graph)
+        return out, (edge_index, in_input_order(alpha, graph))
+
+    def combine(self, out: Tensor, x_dst: Tensor) -> Tensor:
+        """PyG's output from the attention's [N_dst, heads, channels]: heads
+        concatenated or averaged, then the skip (root_weight, with beta
+        gated). Both paths (and TorchScript) run it."""
+        if self.concat:
+            out = out.reshape(out.size(0), self.heads * self.out_channels)
+        else:
+            out = out.mean(dim=1)
+        if self.root_weight:
+            x_r = self.lin_skip(x_dst)
+            if self.lin_beta is not None:
+                beta = self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
+                out = beta * x_r + (1 - beta) * out
+            else:
+                out = out + x_r
+        return out
+
+    # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _pyg_path_reason(self, x: Any, edge_index: Any, edge_attr: Any) -> Optional[str]:
+        """attention_pyg_path_reason plus lazy parameters (PyG's linears
+        initialize themselves on their first call)."""
+        reason = attention_pyg_path_reason(self, x, edge_index, edge_attr)
+        if reason is None and any(is_lazy(p) for p in self.parameters()):
+            return "lazy in_channels=-1 before the first call"
+        return reason
+
+    @torch.jit.unused
+    def _node_features(self, x: Any) -> Tuple[Tensor, Tensor]:
+        """(x_src, x_dst), each a 2-D tensor as wide as its linear maps take."""
+        pair = (x, x) if isinstance(x, Tensor) else tuple(x)
+        for t, lin, what in ((pair[0], self.lin_key, "source"),
+                             (pair[1], self.lin_query, "destination")):
+            if not isinstance(t, Tensor) or t.dim() != 2 or t.size(1) != lin.in_channels:
+                got = (f"shape {tuple(t.shape)}" if isinstance(t, Tensor)
+                       else type(t).__name__)
+                raise ValueError(f"'{self.__class__.__name__}' expected {what} node features "
+                                 f"of shape [num_nodes, {lin.in_channels}] (in_channels="
+                                 f"{self.in_channels}), got {got}")
+        return pair
+
+    @torch.jit.unused
+    def _fused_linear(self, x: Tensor, lins: Tuple[Any, ...]) -> Tuple[Tensor, ...]:
+        """Each of ``lins`` applied to ``x`` as one matrix product (weights
+        and biases concatenated): views [N, heads, channels] of its output,
+        strided by the total width."""
+        weight = torch.cat([lin.weight for lin in lins])
+        bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
+        out = F.linear(x, weight, bias).view(x.size(0), len(lins), self.heads,
+                                             self.out_channels)
+        return out.unbind(1)
+
+    @torch.jit.unused
+    def _checked_edge_attr(self, edge_attr: OptTensor, graph: Graph) -> Tensor:
+        """edge_attr [E, edge_dim], or a ValueError saying what is wrong."""
+        expected = (graph.num_edges, self.edge_dim)
+        if not isinstance(edge_attr, Tensor) or tuple(edge_attr.shape) != expected:
+            got = "None" if edge_attr is None else (
+                f"shape {tuple(edge_attr.shape)}" if isinstance(edge_attr, Tensor)
+                else type(edge_attr).__name__)
+            raise ValueError(f"'{self.__class__.__name__}' with edge_dim={self.edge_dim} "
+                             f"expected edge_attr of shape [num_edges, edge_dim] = "
+                             f"{list(expected)}, got {got}")
+        return edge_attr
