@@ -31,6 +31,17 @@ DEFAULT_REF = "2.8.0.post1"
 # reason. They still run; their outcome is printed but does not fail the run.
 EXCEPTIONS: dict = {
     "GCNConv": {},
+    "TransformerConv": {},
+}
+
+# The same, for what only --full (FULL_TEST=1) runs.
+FULL_EXCEPTIONS: dict = {
+    "TransformerConv": {
+        "test_transformer_conv": (
+            "its TorchScript check compares PyG's path (scripted) with the fused path "
+            "(eager) by torch.allclose at atol=1e-8 on unseeded inputs; the two round "
+            "differently in fp32 (about 1e-7), so values near zero fail now and then"),
+    },
 }
 
 PLUGIN = '''
@@ -101,7 +112,9 @@ def main(argv=None) -> int:
 
     pyg_module = pyg_module_of(args.layer)
     test_path = args.test_file or f"test/nn/conv/test_{pyg_module.rsplit('.', 1)[-1]}.py"
-    exceptions = EXCEPTIONS.get(args.layer, {})
+    exceptions = dict(EXCEPTIONS.get(args.layer, {}))
+    if args.full:
+        exceptions.update(FULL_EXCEPTIONS.get(args.layer, {}))
     with tempfile.TemporaryDirectory(prefix="pyg_tests_") as tmp:
         tmp_path = pathlib.Path(tmp)
         test_file = tmp_path / pathlib.Path(test_path).name
