@@ -105,3 +105,40 @@ def spy_on_paths(monkeypatch, layer_class) -> list:
     monkeypatch.setattr(layer_class, "fused_forward", spy_fused)
     monkeypatch.setattr(layer_class, "pyg_forward", spy_pyg)
     return taken
+
+
+# ------------------------------------------------- attention layers vs PyG
+def run_attention(conv, x, edge_index, edge_attr=None, weights=True):
+    """One call of an attention layer (ours or PyG's) on fresh leaf copies of
+    ``x`` (a tensor or a pair) and a fixed backward: (output, (edge_index,
+    alpha) or None, grads of the node features, grads of every parameter by
+    name)."""
+    xs = tuple(t.detach().clone().requires_grad_() for t in (x if isinstance(x, tuple) else (x,)))
+    inp = xs if isinstance(x, tuple) else xs[0]
+    conv.zero_grad()
+    out = conv(inp, edge_index, edge_attr, return_attention_weights=True if weights else None)
+    y, att = (out[0], out[1]) if weights else (out, None)
+    y.backward(torch.linspace(-1, 1, y.numel(), dtype=y.dtype, device=y.device).view_as(y))
+    grads = {n: p.grad for n, p in conv.named_parameters() if p.grad is not None}
+    return y, att, [t.grad for t in xs], grads
+
+
+def assert_runs_match(ours, ref, tol, zero_grads=()):
+    """Two run_attention results agree: outputs, attention weights (the same
+    edge_index), input and parameter gradients (the same parameters). The
+    parameters named in ``zero_grads`` have an exact gradient of 0 (a bias
+    the softmax cancels): both sides' must be rounding noise."""
+    assert relative_error(ours[0], ref[0]) < tol
+    if ours[1] is not None:
+        assert torch.equal(ours[1][0].cpu(), ref[1][0].cpu())
+        assert relative_error(ours[1][1], ref[1][1]) < tol
+    for got, want in zip(ours[2], ref[2]):
+        assert relative_error(got, want) < tol
+    assert ours[3].keys() == ref[3].keys()
+    scale = max(ours[0].detach().double().norm().item(), 1.0)
+    for name in ref[3]:
+        if name in zero_grads:
+            for grad in (ours[3][name], ref[3][name]):
+                assert grad.double().norm() < tol * scale, name
+        else:
+            assert relative_error(ours[3][name], ref[3][name]) < tol, name

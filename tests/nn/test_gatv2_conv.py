@@ -4,7 +4,8 @@ torch.compile; on CUDA the fused kernels on a graph with a hub."""
 import pytest
 import torch
 import torch_geometric
-from _helpers import TOLERANCE, random_graph, relative_error
+from _helpers import TOLERANCE, assert_runs_match, random_graph, relative_error
+from _helpers import run_attention as run
 from torch_geometric import EdgeIndex
 
 from pyg_ioaware import Graph
@@ -34,30 +35,6 @@ def pair(in_channels, out_channels, dtype=torch.float64, **kwargs):
     ref = PygGATv2Conv(in_channels, out_channels, **kwargs).to(dtype)
     ref.load_state_dict(ours.state_dict())
     return ours, ref
-
-
-def run(conv, x, edge_index, edge_attr=None, weights=True):
-    """(output, attention weights, grads of x and every parameter)."""
-    xs = tuple(t.detach().clone().requires_grad_() for t in (x if isinstance(x, tuple) else (x,)))
-    inp = xs if isinstance(x, tuple) else xs[0]
-    conv.zero_grad()
-    out = conv(inp, edge_index, edge_attr, return_attention_weights=True if weights else None)
-    y, att = (out[0], out[1]) if weights else (out, None)
-    y.backward(torch.linspace(-1, 1, y.numel(), dtype=y.dtype, device=y.device).view_as(y))
-    grads = {n: p.grad for n, p in conv.named_parameters() if p.grad is not None}
-    return y, att, [t.grad for t in xs], grads
-
-
-def assert_runs_match(ours, ref, tol):
-    assert relative_error(ours[0], ref[0]) < tol
-    if ours[1] is not None:
-        assert torch.equal(ours[1][0].cpu(), ref[1][0].cpu())
-        assert relative_error(ours[1][1], ref[1][1]) < tol
-    for got, want in zip(ours[2], ref[2]):
-        assert relative_error(got, want) < tol
-    assert ours[3].keys() == ref[3].keys()
-    for name in ref[3]:
-        assert relative_error(ours[3][name], ref[3][name]) < tol, name
 
 
 @pytest.mark.parametrize("option", sorted(OPTIONS))
