@@ -169,3 +169,24 @@ def test_cuda_bf16_autocast_within_pyg_error():
     for name in expected[3]:
         assert relative_error(got[3][name], expected[3][name]) <= 2 * relative_error(
             ref_bf16[3][name], expected[3][name]) + floor, name
+
+
+@pytest.mark.parametrize("add_self_loops", [False, True])
+def test_graph_input_keeps_its_input_edge_order(add_self_loops):
+    """With a Graph, edge_attr, the returned edge_index and alpha are in the
+    order of the edges the Graph was built from."""
+    edge_index = random_graph(40, 40, 300, seed=10)
+    graph = Graph.from_edge_index(edge_index, 40)
+    assert graph.edge_perm is not None
+    x = torch.randn(40, 8, dtype=torch.float64)
+    edge_attr = torch.randn(edge_index.size(1), 3, dtype=torch.float64)
+    ours, ref = pair(8, 6, edge_dim=3, add_self_loops=add_self_loops)
+    assert_runs_match(run(ours, x, graph, edge_attr), run(ref, x, edge_index, edge_attr), 1e-8)
+
+
+def test_other_aggr_takes_pyg_path():
+    edge_index = random_graph(30, 30, 200, seed=11)
+    x = torch.randn(30, 8, dtype=torch.float64)
+    ours, ref = pair(8, 4, aggr="mean")
+    assert "aggr='mean'" in ours._pyg_path_reason(x, edge_index, None, None)
+    assert relative_error(ours(x, edge_index), ref(x, edge_index)) < 1e-10

@@ -7,12 +7,14 @@ from torch import Tensor
 from torch_geometric import EdgeIndex
 from torch_geometric.nn import GATv2Conv as PygGATv2Conv
 from torch_geometric.typing import Adj, OptTensor, PairTensor, SparseTensor  # noqa: F401
-from torch_geometric.utils import add_self_loops, is_sparse
+from torch_geometric.utils import add_self_loops
 
 from ..graph import Graph
 from ..ops.attention import graph_gatv2, gatv2_weights_trusted
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
+from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
+                               input_edge_index)
 from .fused_message_passing import FusedMessagePassing
 
 # No __all__ here: PyG's generated propagate module star-imports this one
@@ -71,7 +73,7 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
 
     def __init__(self, *args: Any, **kwargs: Any):
         PygGATv2Conv.__init__(self, *args, **kwargs)
-        self._aggr_reason = None  # FusedMessagePassing's: "add" is fused
+        self._aggr_reason = self.aggr_reason(self.aggr, ("add", "sum"))
 
     def forward(self, x: Union[Tensor, PairTensor], edge_index: Adj,
                 edge_attr: OptTensor = None,
@@ -123,31 +125,17 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         alpha = gatv2_weights_trusted(graph.rowptr, graph.col, x_l.detach(), x_r.detach(),
                                       att.detach(), None if edge is None else edge.detach(), lse,
                                       self.negative_slope).to(x_l.dtype)
-        if graph.edge_perm is not None:  # CSR order -> the order of pyg_edge_index
-            alpha = torch.empty_like(alpha).index_copy_(0, graph.edge_perm.long(), alpha)
-        return out, (pyg_edge_index, alpha)
+        return out, (pyg_edge_index, in_input_order(alpha, graph))
 
     # ------------------------------------------------------------- internals
     @torch.jit.unused
     def _pyg_path_reason(self, x: Any, edge_index: Any, edge_attr: Any,
                          return_attention_weights: Any) -> Optional[str]:
-        """pyg_path_reason plus what this call's inputs need."""
-        reason = self.pyg_path_reason()
-        if reason is not None:
-            return reason
-        if torch.jit.is_scripting():
-            return "TorchScript"
-        if is_sparse(edge_index):
-            return "a sparse adjacency (PyG sets its diagonal)"
-        if self.flow != "source_to_target":
-            return f"flow={self.flow!r}"
-        if edge_attr is not None and self.lin_edge is None:
-            return "edge_attr without edge_dim"
-        if not isinstance(x, Tensor) and (len(x) != 2 or x[1] is None):
-            return "bipartite input without destination features"
-        if return_attention_weights and isinstance(edge_index, EdgeIndex):
+        """attention_pyg_path_reason plus what this call's inputs need."""
+        reason = attention_pyg_path_reason(self, x, edge_index, edge_attr)
+        if reason is None and return_attention_weights and isinstance(edge_index, EdgeIndex):
             return "EdgeIndex with return_attention_weights"
-        return None
+        return reason
 
     @torch.jit.unused
     def _attention_graph(self, edge_index: Any, num_src: int,
@@ -158,7 +146,7 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         num_dst) appended (PyG's order), built once per input graph."""
         graph = Graph.from_input(edge_index, (num_src, num_dst))
         if isinstance(edge_index, Graph):
-            edge_index = torch.stack([graph.col, graph.row]).long()
+            edge_index = input_edge_index(graph)
         if not self.add_self_loops:
             return graph, edge_index, None
         num_loops = min(num_src, num_dst)
@@ -185,6 +173,4 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
                                           edge_attr.index_select(0, kept),
                                           fill_value=self.fill_value,
                                           num_nodes=min(num_src, num_dst))
-        if graph.edge_perm is not None:
-            edge_attr = edge_attr.index_select(0, graph.edge_perm.long())
-        return edge_attr
+        return in_csr_order(edge_attr, graph)
