@@ -820,6 +820,7 @@ def test_own_transformer_checks_its_parameters(kind, entry):
                   (dict(edge=16), "grad_edge must be given exactly when edge is"),
                   (dict(grad_k=None), "must not be NULL"),
                   (dict(perm_t=None), "perm_t must not be NULL"),
+                  (dict(max_hubs_t=-1), "max_hubs and max_hubs_t must be non-negative"),
                   (dict(workspace=None), "needs a workspace"),
                   (dict(workspace=24), "workspace must be 16-byte aligned")]
     if kind == "alpha":
@@ -850,3 +851,8 @@ def test_transformer_workspace_sizes():
     status, hubs = size("forward", "pygio_transformer_workspace_size", **GATV2_HUB)
     assert status == 0 and hubs == _gatv2_workspace("forward", **GATV2_HUB)[1]
     assert size("backward", "pygio_transformer_backward_workspace_size") == (0, 16)
+    status, both = size("backward", "pygio_transformer_backward_workspace_size",
+                        hub_degree=_int64_at(16), max_hubs=2, hub_degree_t=_int64_at(16),
+                        max_hubs_t=2, a=dict(nnz=600))
+    # Delta, counters, grad_q per hub (2 x 8 floats), grad_k and grad_v per hub, 2 + 2 entries
+    assert status == 0 and both >= 16 + 16 + 2 * 8 * 4 + 2 * 2 * 8 * 4 + 4 * 16

@@ -21,8 +21,8 @@
 //    threshold is only registered;
 //  - gatv2_backward_hub_sources_kernel: a warp per (hub chunk, pass of
 //    heads) adds the chunk's grad_x_l terms to the hub's accumulator;
-//  - gatv2_backward_hub_sources_finish_kernel: each hub's accumulator into
-//    grad_x_l.
+//  - attention_hub_rows_finish_kernel (gatv2_traits.cuh): each hub's
+//    accumulator into grad_x_l.
 // grad_att is summed per block in shared memory, then added to grad_att
 // (fp32, zeroed first) once per block.
 #pragma once
@@ -31,14 +31,6 @@
 #include "gatv2_kernel.cuh"
 
 namespace pygio {
-
-// The hub list of one pass and its fp32 accumulators (zeroed before).
-struct GatGradHubs {
-  HubList list;
-  const int64_t* degree;  // device scalar (NULL: no split)
-  float* acc;  // destination pass: [capacity, 2, heads * channels] (A, B); source pass:
-               // [capacity, heads * channels]
-};
 
 extern __shared__ float gat_att_shared[];
 
@@ -376,25 +368,6 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
   }
   end_att_sums(p, s, shared_att);
-}
-
-// grad_x_l[row] = the accumulator of each registered hub of a_t (cast): a
-// warp per hub.
-template <typename scalar_t>
-__global__ void gatv2_backward_hub_sources_finish_kernel(const __grid_constant__
-                                                         pygio_gatv2_backward_params p,
-                                                         GatShape s, GatGradHubs hubs) {
-  const int64_t num_hubs = hub_count(hubs.list);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
-  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                      threadIdx.x / kWarpSize;
-       slot < num_hubs; slot += warps) {
-    const int64_t row = hubs.list.hubs[slot].row;
-    for (int64_t k = lane; k < s.width(); k += kWarpSize)
-      static_cast<scalar_t*>(p.grad_x_l)[row * s.width() + k] =
-          DTypeTraits<scalar_t>::store(hubs.acc[slot * s.width() + k]);
-  }
 }
 
 }  // namespace pygio

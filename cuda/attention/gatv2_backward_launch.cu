@@ -3,49 +3,21 @@
 // destination pass over a, then the source pass over a_t.
 #include "../common/device_guard.h"
 #include "../common/grid.h"
+#include "attention_backward_layout.h"
 #include "gatv2_backward_kernel.cuh"
 #include "gatv2_dispatch.cuh"
 
 namespace pygio {
 namespace {
 
-using gatv2::round_up;
-
 // Per-block grad_att sums live in shared memory up to this size; wider
 // heads * channels add to grad_att in global memory directly.
 constexpr size_t kMaxSharedAttBytes = 48 * 1024;
 
-// Hub slots of one pass over a structure of `rows` rows: at most max_hubs,
-// and no more rows than can hold more than PYGIO_ATTENTION_MIN_HUB_DEGREE
-// entries.
-int64_t hub_slots(const int64_t* degree, int64_t max_hubs, int64_t nnz, int64_t rows) {
-  if (degree == nullptr || nnz == 0) return 0;
-  const int64_t bound = nnz / (PYGIO_ATTENTION_MIN_HUB_DEGREE + 1);
-  const int64_t slots = max_hubs < bound ? max_hubs : bound;
-  return slots < rows ? slots : rows;
+// The destination pass keeps A and B per hub, the source pass grad_x_l.
+attention::BackwardLayout backward_layout(const pygio_gatv2_backward_params& p) {
+  return attention::BackwardLayout(p, 2, 1);
 }
-
-// Workspace layout: G [num_rows, heads]; then, where either pass has hub
-// slots, the two hub counters and both passes' accumulators (a: A and B
-// per hub, a_t: grad_x_l per hub; zeroed by one memset), then both hub
-// lists.
-struct BackwardLayout {
-  int64_t slots_a, slots_t;
-  size_t counters, acc_a, acc_t, list_a, list_t, zeroed_bytes, total;
-
-  explicit BackwardLayout(const pygio_gatv2_backward_params& p) {
-    const size_t width = static_cast<size_t>(p.heads * p.channels);
-    slots_a = hub_slots(p.hub_degree, p.max_hubs, p.a.nnz, p.a.num_rows);
-    slots_t = hub_slots(p.hub_degree_t, p.max_hubs_t, p.a.nnz, p.a.num_cols);
-    counters = round_up(p.a.num_rows * p.heads * sizeof(float));
-    acc_a = counters + gatv2::kAlign;
-    acc_t = acc_a + round_up(2 * slots_a * width * sizeof(float));
-    list_a = acc_t + round_up(slots_t * width * sizeof(float));
-    list_t = list_a + round_up(slots_a * sizeof(HubEntry));
-    zeroed_bytes = list_a - counters;
-    total = slots_a + slots_t == 0 ? counters : list_t + round_up(slots_t * sizeof(HubEntry));
-  }
-};
 
 int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
   PYGIO_TRY(gatv2::check_inputs(p, entry));
@@ -69,7 +41,7 @@ int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
   }
   PYGIO_CHECK_ARG(p.a.nnz == 0 || p.perm_t != nullptr,
                   entry_message(entry, "perm_t must not be NULL"));
-  PYGIO_CHECK_ARG(BackwardLayout(p).total == 0 || p.workspace != nullptr,
+  PYGIO_CHECK_ARG(backward_layout(p).total == 0 || p.workspace != nullptr,
                   entry_message(entry, "this call needs a workspace"));
   PYGIO_CHECK_ARG(gatv2::aligned(p.workspace),
                   entry_message(entry, "workspace must be 16-byte aligned"));
@@ -81,7 +53,7 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
                     cudaStream_t stream) {
   using scalar_t = typename Traits::scalar_t;
   constexpr int kThreads = Traits::kThreadsPerBlock;
-  const BackwardLayout layout(p);
+  const attention::BackwardLayout layout = backward_layout(p);
   auto* base = static_cast<char*>(p.workspace);
   auto* g = reinterpret_cast<float*>(base);
   GatGradHubs hubs_a{HubList{nullptr, nullptr, 0}, p.hub_degree, nullptr};
@@ -135,8 +107,8 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
         <<<grid, kThreads, shared_bytes, stream>>>(p, shape, hubs_t, g, shared_att);
     PYGIO_CHECK_CUDA(cudaGetLastError());
     PYGIO_TRY(resident_grid(layout.slots_t, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
-    gatv2_backward_hub_sources_finish_kernel<scalar_t>
-        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_t);
+    attention_hub_rows_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
+        hubs_t, p.heads * p.channels, 1, static_cast<scalar_t*>(p.grad_x_l), nullptr);
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   return PYGIO_OK;
@@ -153,7 +125,7 @@ extern "C" int pygio_gatv2_backward_workspace_size(const pygio_gatv2_backward_pa
   PYGIO_TRY(gatv2::check_inputs(*params, __func__));
   PYGIO_CHECK_ARG(params->max_hubs >= 0 && params->max_hubs_t >= 0,
                   entry_message(__func__, "max_hubs and max_hubs_t must be non-negative"));
-  *bytes = BackwardLayout(*params).total;
+  *bytes = backward_layout(*params).total;
   return ok();
 }
 

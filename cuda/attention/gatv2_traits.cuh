@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "../common/dropout.cuh"
+#include "../common/hubs.cuh"
 #include "../common/vector.cuh"
 #include "../common/warp.cuh"
 #include "pyg_ioaware.h"
@@ -48,6 +49,38 @@ struct GatTraits {
 
 // Entries of a hub row per chunk of the hub kernels (forward and backward).
 constexpr int kGatHubChunk = 256;
+
+// The hub list of one backward pass and its fp32 accumulators (zeroed
+// before): a member's per-hub rows of heads * channels (GATv2: A and B in
+// the destination pass, grad_x_l in the source pass; the transformer:
+// grad_q, then grad_k and grad_v).
+struct GatGradHubs {
+  HubList list;
+  const int64_t* degree;  // device scalar (NULL: no split)
+  float* acc;
+};
+
+// out_n[row] = acc[slot, n] (cast) for each registered hub of a pass and
+// each of its `count` accumulator rows of `width` (out_n: [rows, width]
+// contiguous): a warp per hub.
+template <typename scalar_t>
+__global__ void attention_hub_rows_finish_kernel(GatGradHubs hubs, int64_t width, int count,
+                                                 scalar_t* out0, scalar_t* out1) {
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
+  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
+                      threadIdx.x / kWarpSize;
+       slot < num_hubs; slot += warps) {
+    const int64_t row = hubs.list.hubs[slot].row;
+    for (int n = 0; n < count; ++n) {
+      scalar_t* out = n == 0 ? out0 : out1;
+      const float* acc = hubs.acc + (slot * count + n) * width;
+      for (int64_t k = lane; k < width; k += kWarpSize)
+        out[row * width + k] = DTypeTraits<scalar_t>::store(acc[k]);
+    }
+  }
+}
 
 // The runtime shape every kernel needs besides its traits.
 struct GatShape {

@@ -49,11 +49,10 @@ struct TransformerValues {
 
 // Graph-transformer attention for attention_forward.cuh: stages q[row, h];
 // a step gathers k (and with kValues v) of its entries' sources and their
-// edge rows: two gathered rows an entry, so half the entries in flight of
-// a one-row walk.
+// edge rows, as many entries as GATv2's one-row steps (its kUnroll).
 struct TransformerFamily {
   template <typename Traits>
-  static constexpr int unroll() { return Traits::kSourceUnroll; }
+  static constexpr int unroll() { return Traits::kUnroll; }
   template <typename Traits, int U>
   using Entries = TransformerValues<Traits, U>;
 

@@ -1,10 +1,12 @@
 // Entry points of graph-transformer attention: forward and attention
 // weights (attention_forward_launch.cuh with TransformerFamily) and the
-// backward (Delta per node and head in the workspace, the destination
-// pass over a, then the source pass over a_t).
+// backward (workspace: Delta per node and head, the two passes' hub lists
+// and accumulators; the destination pass over a, then the source pass over
+// a_t).
 #include <math.h>
 
 #include "../common/device_guard.h"
+#include "attention_backward_layout.h"
 #include "attention_forward_launch.cuh"
 #include "gatv2_dispatch.cuh"
 #include "transformer_backward_kernel.cuh"
@@ -52,9 +54,10 @@ int check_forward(const pygio_transformer_params& p, const char* entry) {
   return attention::check_forward_outputs(p, entry);
 }
 
-// Workspace of the backward: Delta [num_rows, heads] fp32.
-size_t backward_workspace_bytes(const pygio_transformer_backward_params& p) {
-  return gatv2::round_up(p.a.num_rows * p.heads * sizeof(float));
+// The backward's workspace: Delta per (row, head); per hub, grad_q in the
+// destination pass and grad_k, grad_v in the source pass.
+attention::BackwardLayout backward_layout(const pygio_transformer_backward_params& p) {
+  return attention::BackwardLayout(p, 1, 2);
 }
 
 int check_backward(const pygio_transformer_backward_params& p, const char* entry) {
@@ -81,7 +84,9 @@ int check_backward(const pygio_transformer_backward_params& p, const char* entry
   }
   PYGIO_CHECK_ARG(p.a.nnz == 0 || p.perm_t != nullptr,
                   entry_message(entry, "perm_t must not be NULL"));
-  PYGIO_CHECK_ARG(backward_workspace_bytes(p) == 0 || p.workspace != nullptr,
+  PYGIO_CHECK_ARG(p.max_hubs >= 0 && p.max_hubs_t >= 0,
+                  entry_message(entry, "max_hubs and max_hubs_t must be non-negative"));
+  PYGIO_CHECK_ARG(backward_layout(p).total == 0 || p.workspace != nullptr,
                   entry_message(entry, "this call needs a workspace"));
   PYGIO_CHECK_ARG(gatv2::aligned(p.workspace),
                   entry_message(entry, "workspace must be 16-byte aligned"));
@@ -91,17 +96,63 @@ int check_backward(const pygio_transformer_backward_params& p, const char* entry
 template <typename Traits>
 int launch_backward(const pygio_transformer_backward_params& p, const GatShape& shape,
                     cudaStream_t stream) {
+  using scalar_t = typename Traits::scalar_t;
   constexpr int kThreads = Traits::kThreadsPerBlock;
-  auto* delta = static_cast<float*>(p.workspace);
+  const attention::BackwardLayout layout = backward_layout(p);
+  auto* base = static_cast<char*>(p.workspace);
+  auto* delta = reinterpret_cast<float*>(base);
+  GatGradHubs hubs_a{HubList{nullptr, nullptr, 0}, p.hub_degree, nullptr};
+  GatGradHubs hubs_t{HubList{nullptr, nullptr, 0}, p.hub_degree_t, nullptr};
+  if (layout.slots_a + layout.slots_t > 0) {
+    auto* counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
+    if (layout.slots_a > 0) {
+      hubs_a.list = HubList{counters, reinterpret_cast<HubEntry*>(base + layout.list_a),
+                            layout.slots_a};
+      hubs_a.acc = reinterpret_cast<float*>(base + layout.acc_a);
+    }
+    if (layout.slots_t > 0) {
+      hubs_t.list = HubList{counters + 1, reinterpret_cast<HubEntry*>(base + layout.list_t),
+                            layout.slots_t};
+      hubs_t.acc = reinterpret_cast<float*>(base + layout.acc_t);
+    }
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(base + layout.counters, 0, layout.zeroed_bytes, stream));
+  }
+  const int64_t width = p.heads * p.channels;
   unsigned grid = 0;
+  // Destination pass: grad_q and Delta.
   if (p.a.num_rows > 0) {
     PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
-    transformer_backward_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, delta);
+    transformer_backward_rows_kernel<Traits>
+        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, delta);
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
+  if (layout.slots_a > 0) {
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_a) * shape.passes(),
+                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    transformer_backward_hub_rows_kernel<Traits>
+        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, delta);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    PYGIO_TRY(resident_grid(layout.slots_a, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    attention_hub_rows_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
+        hubs_a, width, 1, static_cast<scalar_t*>(p.grad_q), nullptr);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  // Source pass: grad_k, grad_v and grad_edge.
   if (p.a.num_cols > 0) {
     PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
-    transformer_backward_sources_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, delta);
+    transformer_backward_sources_kernel<Traits>
+        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_t, delta);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  if (layout.slots_t > 0) {
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_t) * shape.passes(),
+                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    transformer_backward_hub_sources_kernel<Traits>
+        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_t, delta);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    PYGIO_TRY(resident_grid(layout.slots_t, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    attention_hub_rows_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
+        hubs_t, width, 2, static_cast<scalar_t*>(p.grad_k), static_cast<scalar_t*>(p.grad_v));
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   return PYGIO_OK;
@@ -167,7 +218,9 @@ extern "C" int pygio_transformer_backward_workspace_size(
   PYGIO_TRY(check_params(params, __func__));
   PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
   PYGIO_TRY(check_shared(*params, __func__));
-  *bytes = backward_workspace_bytes(*params);
+  PYGIO_CHECK_ARG(params->max_hubs >= 0 && params->max_hubs_t >= 0,
+                  entry_message(__func__, "max_hubs and max_hubs_t must be non-negative"));
+  *bytes = backward_layout(*params).total;
   return ok();
 }
 

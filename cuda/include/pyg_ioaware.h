@@ -618,9 +618,10 @@ PYGIO_API int pygio_transformer(const pygio_transformer_params* params);
  * grad_q comes from a pass over a (Delta into the workspace), grad_k,
  * grad_v and grad_edge from a pass over a_t (the CSR^T: rows = sources,
  * col = destinations) whose perm_t maps each CSR^T position to its CSR
- * position; scores are recomputed from lse. This version walks every row
- * with one warp (hub rows are not split). Every output is fully
- * overwritten. out, grad_out, grad_q, grad_k, grad_v (and grad_edge):
+ * position; scores are recomputed from lse. Rows of a above *hub_degree
+ * and rows of a_t above *hub_degree_t (each at least
+ * PYGIO_ATTENTION_MIN_HUB_DEGREE, at most max_hubs / max_hubs_t of them)
+ * are split over all SMs. Every output is fully overwritten. out, grad_out, grad_q, grad_k, grad_v (and grad_edge):
  * contiguous, in dtype; lse: fp32.
  */
 typedef struct {
@@ -642,6 +643,10 @@ typedef struct {
   float scale;
   float dropout_p;
   uint64_t seed;
+  const int64_t* hub_degree;    /* rows of a, as in pygio_transformer_params */
+  int64_t max_hubs;
+  const int64_t* hub_degree_t;  /* rows of a_t */
+  int64_t max_hubs_t;
   const void* out;
   const float* lse;
   const void* grad_out;

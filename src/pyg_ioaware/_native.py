@@ -317,6 +317,10 @@ class TransformerBackwardParams(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("dropout_p", ctypes.c_float),
         ("seed", ctypes.c_uint64),
+        ("hub_degree", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs", ctypes.c_int64),
+        ("hub_degree_t", ctypes.POINTER(ctypes.c_int64)),
+        ("max_hubs_t", ctypes.c_int64),
         ("out", ctypes.c_void_p),
         ("lse", ctypes.POINTER(ctypes.c_float)),
         ("grad_out", ctypes.c_void_p),
@@ -867,18 +871,22 @@ def transformer(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, v: Tensor,
 
 def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tensor, k: Tensor,
                          v: Tensor, edge: Optional[Tensor], scale: float, dropout_p: float,
-                         seed: int, out: Tensor, lse: Tensor, grad_out: Tensor, grad_q: Tensor,
-                         grad_k: Tensor, grad_v: Tensor, grad_edge: Optional[Tensor]) -> None:
+                         seed: int, hubs: tuple, out: Tensor, lse: Tensor, grad_out: Tensor,
+                         grad_q: Tensor, grad_k: Tensor, grad_v: Tensor,
+                         grad_edge: Optional[Tensor]) -> None:
     """Enqueues the gradients of :func:`transformer` (contract:
-    pygio_transformer_backward); ``transpose`` = (rowptr_t, col_t, perm_t)."""
+    pygio_transformer_backward); ``transpose`` = (rowptr_t, col_t, perm_t),
+    ``hubs`` = (hub_degree, max_hubs, hub_degree_t, max_hubs_t)."""
     lib = library()
     rowptr_t, col_t, perm_t = transpose
+    hub_degree, max_hubs, hub_degree_t, max_hubs_t = hubs
     params = TransformerBackwardParams(
         struct_size=ctypes.sizeof(TransformerBackwardParams),
         **_transformer_inputs(rowptr, col, q, k, edge, scale),
         a_t=_csr(rowptr_t, col_t, rowptr.numel() - 1), perm_t=perm_t.data_ptr(),
         v=v.data_ptr(), v_row_stride=_node_row_stride(v, "v"), dropout_p=dropout_p, seed=seed,
-        out=out.data_ptr(), lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
+        hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
+        hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t, out=out.data_ptr(), lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
         grad_q=grad_q.data_ptr(), grad_k=grad_k.data_ptr(), grad_v=grad_v.data_ptr(),
         grad_edge=pointer(grad_edge))
     size = ctypes.c_size_t()

@@ -133,7 +133,7 @@ def test_opcheck_cpu():
     t = graph.transpose
     torch.library.opcheck(torch.ops.pyg_ioaware.transformer_attention_backward,
                           (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, q, k, v, e, out,
-                           lse, grad, 0.5, 0.3, 7))
+                           lse, grad, 0.5, 0.3, 7, 0.99))
     torch.library.opcheck(torch.ops.pyg_ioaware.transformer_attention_weights,
                           (graph.rowptr, graph.col, q, k, e, lse, 0.5))
 

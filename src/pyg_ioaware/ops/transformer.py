@@ -26,9 +26,10 @@ of a fused projection are read in place), edge [nnz, H, C] in CSR order or
 None; out in q's dtype, lse fp32 (float64 for float64 inputs).
 
 ``pyg_ioaware::transformer_attention_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k,
-v, edge, out, lse, grad_out, scale, dropout_p, seed) -> (grad_q, grad_k, grad_v,
-grad_edge)``: grad_edge is empty without edge. The kernels split hub rows in
-the forward only (the backward walks each row with one warp).
+v, edge, out, lse, grad_out, scale, dropout_p, seed, hub_quantile) -> (grad_q, grad_k, grad_v,
+grad_edge)``: grad_edge is empty without edge. Rows of the CSR and of the
+CSR^T above the hub_quantile degree quantile (:mod:`.hubs`) are split over
+all SMs by the kernels, forward and backward.
 
 ``pyg_ioaware::transformer_attention_weights(rowptr, col, q, k, edge, lse, scale) ->
 alpha`` [nnz, H] in CSR order, before dropout (fp32; float64 for float64).
@@ -145,8 +146,8 @@ def _check_forward(rowptr, col, q, k, v, edge, scale, dropout_p,
 
 
 def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse, grad_out,
-                    scale, dropout_p, who) -> None:
-    _check_forward(rowptr, col, q, k, v, edge, scale, dropout_p, who)
+                    scale, dropout_p, who, hub_quantile) -> None:
+    _check_forward(rowptr, col, q, k, v, edge, scale, dropout_p, who, hub_quantile)
     checks.csr_structure(rowptr_t, col_t, who)
     if rowptr_t.dtype != rowptr.dtype or rowptr_t.numel() != k.size(0) + 1 \
             or col_t.numel() != col.numel() or not isinstance(perm_t, Tensor) \
@@ -187,7 +188,8 @@ def _transformer_kernel(rowptr, col, q, k, v, edge, scale, dropout_p, seed,
 
 
 def _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse,
-                                 grad_out, scale, dropout_p, seed):
+                                 grad_out, scale, dropout_p, seed,
+                                 hub_quantile=DEFAULT_HUB_QUANTILE):
     if not kernels_take(q):
         return transformer_backward_reference(rowptr, col, q, k, v, edge, out, lse, grad_out,
                                               scale, dropout_p, seed)
@@ -196,8 +198,10 @@ def _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, 
     grad_k = torch.empty(k.shape, dtype=q.dtype, device=q.device)
     grad_v = torch.empty(v.shape, dtype=q.dtype, device=q.device)
     grad_edge = torch.empty_like(edge) if edge is not None else q.new_empty(0)
+    hubs = (*hub_degree(rowptr, col.numel(), hub_quantile),
+            *hub_degree(rowptr_t, col_t.numel(), hub_quantile))
     _native.transformer_backward(rowptr, col, (rowptr_t, col_t, perm_t), q, k, v, edge,
-                                 float(scale), float(dropout_p), int(seed),
+                                 float(scale), float(dropout_p), int(seed), hubs,
                                  out.contiguous(), lse.contiguous(), grad_out.contiguous(),
                                  grad_q, grad_k, grad_v, None if edge is None else grad_edge)
     return grad_q, grad_k, grad_v, grad_edge
@@ -244,22 +248,26 @@ def _transformer_attention_fake(rowptr, col, q, k, v, edge, scale, dropout_p, se
 def transformer_attention_backward(rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_t: Tensor,
                                    perm_t: Tensor, q: Tensor, k: Tensor, v: Tensor,
                                    edge: Optional[Tensor], out: Tensor, lse: Tensor,
-                                   grad_out: Tensor, scale: float, dropout_p: float,
-                                   seed: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                                   grad_out: Tensor, scale: float, dropout_p: float, seed: int,
+                                   hub_quantile: float = DEFAULT_HUB_QUANTILE
+                                   ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     who = "pyg_ioaware::transformer_attention_backward"
     _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse, grad_out,
-                    scale, dropout_p, who)
+                    scale, dropout_p, who, hub_quantile)
     checks.csr_structure_contents(rowptr, col, k.size(0), who)
     checks.csr_structure_contents(rowptr_t, col_t, q.size(0), who)
     return _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge,
-                                        out, lse, grad_out, scale, dropout_p, seed)
+                                        out, lse, grad_out, scale, dropout_p, seed,
+                                        hub_quantile)
 
 
 @transformer_attention_backward.register_fake
 def _transformer_attention_backward_fake(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge,
-                                         out, lse, grad_out, scale, dropout_p, seed):
+                                         out, lse, grad_out, scale, dropout_p, seed,
+                                         hub_quantile=DEFAULT_HUB_QUANTILE):
     _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse, grad_out,
-                    scale, dropout_p, "pyg_ioaware::transformer_attention_backward")
+                    scale, dropout_p, "pyg_ioaware::transformer_attention_backward",
+                    hub_quantile)
     grad_edge = torch.empty_like(edge) if edge is not None else q.new_empty(0)
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -302,7 +310,7 @@ class TransformerFunction(torch.autograd.Function):
     def forward(ctx, graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile):
         out, lse = transformer_trusted(graph.rowptr, graph.col, q, k, v, edge, scale, dropout_p,
                                        seed, hub_quantile)
-        ctx.graph, ctx.params = graph, (scale, dropout_p, seed)
+        ctx.graph, ctx.params = graph, (scale, dropout_p, seed, hub_quantile)
         ctx.has_edge = edge is not None
         ctx.mark_non_differentiable(lse)
         ctx.save_for_backward(q, k, v, edge, out, lse)

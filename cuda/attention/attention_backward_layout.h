@@ -1,0 +1,51 @@
+// The workspace of an attention-family backward (host side, shared by its
+// members): a per (destination, head) fp32 scalar the source pass reads
+// (GATv2's G, the transformer's Delta); then, where either pass splits hub
+// rows, the two hub counters and both passes' fp32 accumulators (zeroed by
+// one memset), then both hub lists.
+#pragma once
+
+#include <stdint.h>
+
+#include "../common/hubs.cuh"
+#include "gatv2_dispatch.cuh"
+
+namespace pygio {
+namespace attention {
+
+// Hub slots of one pass over a structure of `rows` rows: at most max_hubs,
+// and no more rows than can hold more than PYGIO_ATTENTION_MIN_HUB_DEGREE
+// entries.
+inline int64_t hub_slots(const int64_t* degree, int64_t max_hubs, int64_t nnz, int64_t rows) {
+  if (degree == nullptr || nnz == 0) return 0;
+  const int64_t bound = nnz / (PYGIO_ATTENTION_MIN_HUB_DEGREE + 1);
+  const int64_t slots = max_hubs < bound ? max_hubs : bound;
+  return slots < rows ? slots : rows;
+}
+
+// Byte offsets into the workspace of a backward over P (a, heads, channels,
+// hub_degree, max_hubs, hub_degree_t, max_hubs_t) whose destination pass
+// keeps `rows_rows` fp32 rows of heads * channels per hub and whose source
+// pass keeps `source_rows`.
+struct BackwardLayout {
+  int64_t slots_a, slots_t;
+  size_t counters, acc_a, acc_t, list_a, list_t, zeroed_bytes, total;
+
+  template <typename P>
+  BackwardLayout(const P& p, int rows_rows, int source_rows) {
+    const size_t width = static_cast<size_t>(p.heads * p.channels);
+    slots_a = hub_slots(p.hub_degree, p.max_hubs, p.a.nnz, p.a.num_rows);
+    slots_t = hub_slots(p.hub_degree_t, p.max_hubs_t, p.a.nnz, p.a.num_cols);
+    counters = gatv2::round_up(p.a.num_rows * p.heads * sizeof(float));
+    acc_a = counters + gatv2::kAlign;
+    acc_t = acc_a + gatv2::round_up(rows_rows * slots_a * width * sizeof(float));
+    list_a = acc_t + gatv2::round_up(source_rows * slots_t * width * sizeof(float));
+    list_t = list_a + gatv2::round_up(slots_a * sizeof(HubEntry));
+    zeroed_bytes = list_a - counters;
+    total = slots_a + slots_t == 0 ? counters
+                                   : list_t + gatv2::round_up(slots_t * sizeof(HubEntry));
+  }
+};
+
+}  // namespace attention
+}  // namespace pygio
