@@ -465,7 +465,7 @@ def test_cli_runs_the_sage_minibatch_cases(tmp_path):
 def test_attention_cases_are_registered():
     from pyg_ioaware.bench.cases import attention
 
-    layer = cases.select("attention")
+    layer = cases.select("gatv2-2x64,gatv2-8x128")
     assert [(c.key, c.name) for c in layer] == [("gatv2-2x64", "GATv2Conv (2, 64)"),
                                                 ("gatv2-8x128", "GATv2Conv (8, 128)")]
     for case, (heads, d) in zip(layer, [(2, 64), (8, 128)]):
@@ -480,9 +480,31 @@ def test_attention_cases_are_registered():
                                  cases.AbsoluteBar("pokec-like", 9.5, 28.0),
                                  cases.AbsoluteBar("web-like", 9.2, 25.0))
     assert eight.absolute_bars == ()
-    assert [c.key for c in cases.CASES.values()][-2:] == ["gatv2-2x64", "gatv2-8x128"]
-    (mini,) = cases.select("attention", cases.MINIBATCH_CASES)
-    assert (mini.key, mini.name) == ("gatv2", "GATv2Conv")
+    assert [c.key for c in cases.CASES.values()][-4:] == [
+        "gatv2-2x64", "gatv2-8x128", "transformer-4x128", "transformer-2x128"]
+    assert [c.key for c in cases.select("attention")][-2:] == ["transformer-4x128",
+                                                               "transformer-2x128"]
+    assert [(c.key, c.name) for c in cases.select("attention", cases.MINIBATCH_CASES)] == [
+        ("gatv2", "GATv2Conv"), ("transformer", "TransformerConv")]
+
+
+def test_transformer_cases_are_registered():
+    from pyg_ioaware.bench.cases import transformer
+
+    layer = cases.select("transformer-4x128,transformer-2x128")
+    assert [c.name for c in layer] == ["TransformerConv (4, 128)", "TransformerConv (2, 128)"]
+    for case, heads in zip(layer, (4, 2)):
+        assert case.family == "attention" and case.config == {"heads": heads, "D": 128}
+        assert case.in_channels == heads * 128 and list(case.baselines) == ["pyg"]
+        assert case.bf16_over_fp32 == 1.6 and case.bytes_model == transformer.BYTES_MODEL
+        assert case.kernel_bars == tuple(cases.KernelBar(transformer.FWD_KERNEL, "pokec-like",
+                                                         0.6, p) for p in ("fp32", "bf16"))
+    four, two = layer
+    assert four.bar == cases.Bar(fwd=4.0, bwd=4.0, mem=12.0) and two.bar is None
+    kernels = (transformer.FWD_KERNEL, transformer.BWD_KERNEL)
+    assert four.absolute_bars == (cases.AbsoluteBar("arxiv-like", 1.75, 3.45, kernels=kernels),
+                                  cases.AbsoluteBar("pokec-like", 27.6, 79.0, kernels=kernels))
+    assert two.absolute_bars == ()
 
 
 def test_attention_graph_has_one_self_loop_per_node_built_once_per_graph():
@@ -605,13 +627,13 @@ def test_gatv2_minibatch_layers_share_state_and_outputs():
                                reference(batch.x, batch.edge_index), atol=1e-4, rtol=1e-4)
 
 
-def test_cli_runs_the_attention_cases(tmp_path, capsys):
+def test_cli_runs_the_gatv2_cases(tmp_path, capsys):
     from pyg_ioaware.bench.cases import attention
 
     out = tmp_path / "bench"
-    assert main(["--graphs", "arxiv-like", "--cases", "attention", "--dtypes", "fp32",
-                 "--iters", "1", "--warmup", "1", "--scale", str(SCALE), "--device", "cpu",
-                 "--minibatch", "none", "--out", str(out)]) == 0
+    assert main(["--graphs", "arxiv-like", "--cases", "gatv2-2x64,gatv2-8x128", "--dtypes",
+                 "fp32", "--iters", "1", "--warmup", "1", "--scale", str(SCALE), "--device",
+                 "cpu", "--minibatch", "none", "--out", str(out)]) == 0
     data = json.loads((out / "results.json").read_text())
     graph = data["graphs"]["arxiv-like"]
     n, nnz = graph["num_nodes"], graph["num_edges"] + graph["num_nodes"]  # + one loop each
@@ -660,6 +682,175 @@ def test_cli_runs_the_attention_cases(tmp_path, capsys):
     assert all(r["status"] == "ok" for r in rows)
     assert fwd["value"] == rows[0]["fwd_ms"]
     assert bars["ours runs on every graph (no OOM, no error)"]["status"] == "met"
+
+
+def test_transformer_bytes_models():
+    from pyg_ioaware.bench.cases import transformer
+
+    # A toy graph: 5 nodes, 7 edges + 5 self loops = 12 entries; H=2, D=4, fp32.
+    nnz, n, h, d, s = 12, 5, 2, 4, 4
+    row = h * d * s  # 32 bytes
+    # fwd: k and v per entry, q and out per destination, lse (fp32) per destination and head.
+    assert transformer.forward_bytes(nnz, n, h, d, s) == 2 * 12 * 32 + 2 * 5 * 32 + 40 == 1128
+    # weights: k per entry, q and lse per destination, alpha fp32 per entry and head.
+    assert transformer.weights_bytes(nnz, n, h, d, s) == 12 * 32 + 5 * 32 + 40 + 12 * 2 * 4
+    # bwd: 4 rows per entry (k, v; q, grad_out), k, v, grad_k, grad_v per source, q,
+    # grad_out, out, grad_q per destination, lse.
+    assert transformer.backward_bytes(nnz, 6, n, h, d, s) == (4 * 12 + 4 * 6 + 4 * 5) * 32 + 40
+    assert transformer.backward_bytes(nnz, n, n, h, d, 2) == (48 + 20 + 20) * 16 + 40  # bf16
+
+
+def test_transformer_kernels_alone_on_a_toy_graph():
+    from pyg_ioaware.bench.bandwidth import measure_kernels
+    from pyg_ioaware.bench.cases import transformer
+
+    torch.manual_seed(0)
+    n = 6
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 0, 2], [1, 2, 3, 4, 5, 0, 3, 3]])
+    work = cases.Workload(edge_index, n, "bf16")
+    kernels = cases.CASES["transformer-2x128"].make_kernels(work)
+    assert [k.name for k in kernels] == [transformer.FWD_KERNEL, transformer.WEIGHTS_KERNEL,
+                                         transformer.BWD_KERNEL]
+    nnz = 8 + n  # the self loops count
+    assert [k.min_bytes for k in kernels] == [
+        transformer.forward_bytes(nnz, n, 2, 128, 2), transformer.weights_bytes(nnz, n, 2, 128, 2),
+        transformer.backward_bytes(nnz, n, n, 2, 128, 2)]
+    assert all(k.info["hub_split"]["hub_rows"] == 0 for k in kernels)
+    rows = measure_kernels(kernels, torch.device("cpu"), 1.0)
+    assert all(r["status"] == "ok" and r["ms"] > 0 for r in rows), rows
+    out, lse = kernels[0].run()
+    assert out.shape == (n, 2, 128) and out.dtype == torch.bfloat16 and lse.shape == (n, 2)
+    alpha = kernels[1].run()
+    assert alpha.shape == (nnz, 2)
+    # Every destination has a self loop: its weights sum to one.
+    looped = transformer.looped_edge_index(work)
+    sums = torch.zeros(n, 2).index_add_(0, looped[1].sort(stable=True).values, alpha.float())
+    torch.testing.assert_close(sums, torch.ones(n, 2))
+    grad_q, grad_k, grad_v, grad_edge = kernels[2].run()
+    assert grad_q.shape == grad_k.shape == grad_v.shape == (n, 2, 128)
+    assert grad_edge.numel() == 0  # no edge features
+
+
+def test_transformer_cases_match_pyg():
+    torch.manual_seed(0)
+    edge_index, n = graphs.generate("arxiv-like", SCALE)
+    work = cases.Workload(edge_index, n, "fp32")
+    case = cases.CASES["transformer-2x128"]
+    ours = case.make_ours(work)
+    pyg = case.baselines["pyg"](work, ours)
+    assert not ours.module.root_weight and type(pyg.module).__module__.startswith(
+        "torch_geometric")
+    x = torch.randn(n, 256, requires_grad=True)
+    out = ours.step(x)
+    (grad,) = torch.autograd.grad(out, x, torch.ones_like(out))
+    x2 = x.detach().requires_grad_()
+    expected = pyg.step(x2)
+    (expected_grad,) = torch.autograd.grad(expected, x2, torch.ones_like(expected))
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-4)
+
+
+def test_transformer_minibatch_layers_share_state_and_outputs():
+    from torch_geometric.nn import TransformerConv
+
+    mini = cases.MINIBATCH_CASES["transformer"]
+    model = minibatch.TwoLayer(mini.make_ours, 64)
+    reference = minibatch.TwoLayer(mini.make_pyg, 64)
+    assert type(reference.conv1) is TransformerConv
+    assert isinstance(model.conv1, TransformerConv) and type(model.conv1) is not TransformerConv
+    # Hidden layer: 2 heads of 32 concatenated; output layer: 47 classes, heads averaged.
+    assert (model.conv1.heads, model.conv1.out_channels, model.conv1.concat) == (2, 32, True)
+    assert (model.conv2.heads, model.conv2.out_channels, model.conv2.concat) == (
+        2, minibatch.NUM_CLASSES, False)
+    reference.load_state_dict(model.state_dict())
+    batch = minibatch.generate_batches(minibatch.SIZES["small"], scale=0.02, count=1)[0]
+    torch.testing.assert_close(model(batch.x, batch.edge_index),
+                               reference(batch.x, batch.edge_index), atol=1e-4, rtol=1e-4)
+
+
+def test_cli_runs_the_transformer_cases(tmp_path, capsys):
+    from pyg_ioaware.bench.cases import transformer
+
+    out = tmp_path / "bench"
+    assert main(["--graphs", "arxiv-like", "--cases", "transformer-4x128,transformer-2x128",
+                 "--dtypes", "fp32", "--iters", "1", "--warmup", "1", "--scale", str(SCALE),
+                 "--device", "cpu", "--minibatch", "small", "--minibatch-cases", "transformer",
+                 "--out", str(out)]) == 0
+    data = json.loads((out / "results.json").read_text())
+    graph = data["graphs"]["arxiv-like"]
+    n, nnz = graph["num_nodes"], graph["num_edges"] + graph["num_nodes"]  # + one loop each
+
+    rows = data["results"]
+    names = ("TransformerConv (4, 128)", "TransformerConv (2, 128)")
+    assert [(r["case"], r["precision"], r["impl"]) for r in rows] == [
+        (name, "fp32", impl) for name in names for impl in ("ours", "pyg")]
+    for row in rows:
+        assert row["family"] == "attention"
+        assert row["status"] == "ok" and row["fwd_ms"] > 0 and row["bwd_ms"] > 0, row
+
+    kernels = data["kernel_bandwidth"]["rows"]
+    assert "transformer fwd" in data["kernel_bandwidth"]["model"]
+    assert [(k["case"], k["kernel"]) for k in kernels] == [
+        (name, kernel) for name in names
+        for kernel in (transformer.FWD_KERNEL, transformer.WEIGHTS_KERNEL,
+                       transformer.BWD_KERNEL)]
+    for k, h in zip(kernels, [4] * 3 + [2] * 3):
+        assert k["status"] == "ok" and k["ms"] > 0, k
+        assert k["min_bytes"] == {
+            transformer.FWD_KERNEL: transformer.forward_bytes(nnz, n, h, 128, 4),
+            transformer.WEIGHTS_KERNEL: transformer.weights_bytes(nnz, n, h, 128, 4),
+            transformer.BWD_KERNEL: transformer.backward_bytes(nnz, n, n, h, 128, 4)}[
+                k["kernel"]]
+
+    bars = {c["check"]: c for c in data["bars"]}
+    where = "TransformerConv (4, 128) fp32 vs pyg"
+    assert [bars[f"{where}: {label}"]["bar"] for label in (
+        "forward speedup", "backward speedup", "memory ratio")] == [4.0, 4.0, 12.0]
+    assert bars[f"{where}: forward speedup"]["value"] > 0
+    # The kernels-alone ms bars read the kernel rows: n/a on a scaled graph, value kept.
+    fwd = bars[f"TransformerConv (4, 128) fp32 on arxiv-like: {transformer.FWD_KERNEL} ms"]
+    assert (fwd["bar"], fwd["better"], fwd["status"]) == (1.75, "lower", "n/a")
+    assert fwd["value"] == kernels[0]["ms"]
+    bwd = bars[f"TransformerConv (4, 128) fp32 on pokec-like: {transformer.BWD_KERNEL} ms"]
+    assert (bwd["bar"], bwd["value"]) == (79.0, None) and bwd["detail"].startswith("not run")
+    share = bars[f"TransformerConv (2, 128) bf16 on pokec-like: {transformer.FWD_KERNEL} "
+                 f"share of copy"]
+    assert share["bar"] == 0.6
+    assert bars["ours runs on every graph (no OOM, no error)"]["status"] == "met"
+
+    mini = data["minibatch"]
+    assert list(mini["batches"]["small"]["first_call"]) == ["TransformerConv"]
+    assert [(r["case"], r["impl"], r["status"]) for r in mini["results"]] == [
+        ("TransformerConv", impl, "ok") for impl in ("ours", "pyg", "ours-same-graph")]
+    printed = capsys.readouterr().out
+    assert f"TransformerConv (4, 128) fp32 on arxiv-like: {transformer.FWD_KERNEL} ms: " in printed
+
+
+def test_kernel_ms_bars_read_the_kernel_rows():
+    from pyg_ioaware.bench.cases import transformer
+
+    case = cases.CASES["transformer-4x128"]
+
+    def kernel_row(kernel, ms, status="ok"):
+        return {"graph": "arxiv-like", "case": case.name, "precision": "fp32", "kernel": kernel,
+                "status": status, "ms": ms, "gbs": 1.0, "share_of_copy": 0.5}
+
+    layer = [{"graph": "arxiv-like", "case": case.name, "precision": "fp32", "impl": "ours",
+              "status": "ok", "fwd_ms": 100.0, "bwd_ms": 100.0, "peak_fwd_mb": None,
+              "peak_fwd_bwd_mb": None}]  # the layer's ms are not what these bars read
+    kernel_rows = [kernel_row(transformer.FWD_KERNEL, 1.5),
+                   kernel_row(transformer.BWD_KERNEL, 4.0)]
+    checks = {c["check"]: c for c in check_bars(layer, [case], kernel_rows=kernel_rows)}
+    where = f"{case.name} fp32 on arxiv-like"
+    fwd, bwd = checks[f"{where}: {transformer.FWD_KERNEL} ms"], checks[
+        f"{where}: {transformer.BWD_KERNEL} ms"]
+    assert (fwd["value"], fwd["status"]) == (1.5, "met")  # <= 1.75
+    assert (bwd["value"], bwd["status"]) == (4.0, "NOT met")  # > 3.45
+    assert f"{where}: forward ms" not in checks
+    kernel_rows[1] = kernel_row(transformer.BWD_KERNEL, None, "OOM")
+    checks = {c["check"]: c for c in check_bars(layer, [case], kernel_rows=kernel_rows)}
+    oom = checks[f"{where}: {transformer.BWD_KERNEL} ms"]
+    assert oom["status"] == "n/a" and oom["detail"].startswith("OOM")
 
 
 def test_named_graph_bars():

@@ -223,22 +223,27 @@ def _layer_checks(rows: Sequence[Row], cases: Sequence[Case], add: Callable) -> 
 
 def _named_graph_checks(rows: Sequence[Row], kernel_rows: Sequence[Row],
                         cases: Sequence[Case], scale: float, add: Callable) -> None:
-    """Per case, its absolute ms bars (our layer on one graph, forward and
-    backward at most the bar) and its kernel bars (one kernel alone on one
-    graph at least a share of copy bandwidth)."""
+    """Per case, its absolute ms bars (our layer, or its forward and
+    backward kernels alone, on one graph: forward and backward at most the
+    bar) and its kernel bars (one kernel alone on one graph at least a share
+    of copy bandwidth)."""
     scaled = scale != 1.0
     note = f"; graphs scaled by {scale:g}: the bar holds at protocol size" if scaled else ""
     ours = {(r["graph"], r["case"], r["precision"]): r for r in rows if r["impl"] == OURS}
     kernels = {(r["graph"], r["case"], r["precision"], r["kernel"]): r for r in kernel_rows}
     for case in cases:
         for bar in case.absolute_bars:
-            row = ours.get((bar.graph, case.name, bar.precision))
-            ok = row is not None and row["status"] == "ok"
-            why = "not run" if row is None else ("" if ok else row["status"])
-            for phase, label, threshold in (("fwd", "forward", bar.fwd_ms),
-                                            ("bwd", "backward", bar.bwd_ms)):
+            if bar.kernels is None:
+                layer = ours.get((bar.graph, case.name, bar.precision))
+                phases = [(layer, "fwd_ms", "forward"), (layer, "bwd_ms", "backward")]
+            else:
+                phases = [(kernels.get((bar.graph, case.name, bar.precision, kernel)), "ms",
+                           kernel) for kernel in bar.kernels]
+            for (row, key, label), threshold in zip(phases, (bar.fwd_ms, bar.bwd_ms)):
+                ok = row is not None and row["status"] == "ok"
+                why = "not run" if row is None else ("" if ok else row["status"])
                 add(f"{case.name} {bar.precision} on {bar.graph}: {label} ms",
-                    row[f"{phase}_ms"] if ok else None, threshold,
+                    row[key] if ok else None, threshold,
                     f"{why or 'ours'}; bar set on an H200{note}", "lower", not scaled, "ms")
         for bar in case.kernel_bars:
             row = kernels.get((bar.graph, case.name, bar.precision, bar.kernel))

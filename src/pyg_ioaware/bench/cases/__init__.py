@@ -10,7 +10,8 @@ A :class:`MinibatchCase` names one layer for the mini-batch cases
 2-layer model is made.
 
 Each kernel family lives in its own module (``spmm``, ``reduce``,
-``attention``) and registers its layer cases and mini-batch cases there,
+``attention``; the attention family's TransformerConv cases in
+``transformer``) and registers its layer cases and mini-batch cases there,
 with their bars and the bytes model of its aggregation kernels.
 Importing this package imports every family module, so :data:`CASES` and
 :data:`MINIBATCH_CASES` are complete and the CLI picks them up.
@@ -99,11 +100,14 @@ class Bar:
 class AbsoluteBar:
     """Our own layer on one named suite graph: median forward and backward
     ms at most ``fwd_ms`` / ``bwd_ms`` (BENCHMARKS.md's absolute bars, set
-    for an H200 at protocol size: the check is n/a on scaled graphs)."""
+    for an H200 at protocol size: the check is n/a on scaled graphs).
+    ``kernels``: (forward, backward) kernel row names (bench.bandwidth) where
+    the bar is on the case's kernels alone rather than on its layer."""
     graph: str
     fwd_ms: float
     bwd_ms: float
     precision: str = "fp32"
+    kernels: Optional[Tuple[str, str]] = None
 
 
 @dataclass(frozen=True)
@@ -212,3 +216,4 @@ def select(spec: str, registry: Optional[Dict[str, C]] = None) -> List[C]:
 from . import spmm  # noqa: E402,F401
 from . import reduce  # noqa: E402,F401
 from . import attention  # noqa: E402,F401
+from . import transformer  # noqa: E402,F401

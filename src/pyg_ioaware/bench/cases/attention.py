@@ -149,7 +149,7 @@ def looped_edge_index(work: Workload) -> Tensor:
     return work.derived(LOOPED, lambda: one_self_loop_per_node(work.edge_index, *work.size))
 
 
-def _nn_class(name: str):
+def nn_class(name: str):
     """``pyg_ioaware.nn.<name>``, or Unsupported if that layer does not exist."""
     import pyg_ioaware.nn
 
@@ -161,23 +161,30 @@ def _nn_class(name: str):
 
 # ------------------------------------------------------------ layer cases
 
-def _gatv2_ours(heads: int, channels: int) -> Callable[[Workload], Impl]:
+def attention_ours(layer: str, heads: int, channels: int,
+                   **kwargs) -> Callable[[Workload], Impl]:
+    """Builder of our ``layer(H*D, D, heads=H, **kwargs)`` on the workload
+    graph with one self loop per node (the attention families' layer cases)."""
     def make(work: Workload) -> Impl:
         edge_index = looped_edge_index(work)
-        conv = _nn_class("GATv2Conv")(heads * channels, channels, heads=heads,
-                                      add_self_loops=False).to(work.device)
+        conv = nn_class(layer)(heads * channels, channels, heads=heads,
+                                **kwargs).to(work.device)
         return Impl(conv, lambda x: conv(x, edge_index))
 
     return make
 
 
-def _gatv2_pyg(heads: int, channels: int) -> Callable[[Workload, Optional[Impl]], Impl]:
+def attention_pyg(layer: str, heads: int, channels: int,
+                  **kwargs) -> Callable[[Workload, Optional[Impl]], Impl]:
+    """Builder of PyG's ``layer`` with the same arguments as
+    :func:`attention_ours` and our state_dict (its own seeded initialization
+    where ours did not build)."""
     def make(work: Workload, ours: Optional[Impl]) -> Impl:
-        from torch_geometric.nn import GATv2Conv
+        import torch_geometric.nn
 
         edge_index = looped_edge_index(work)
-        conv = GATv2Conv(heads * channels, channels, heads=heads,
-                         add_self_loops=False).to(work.device)
+        conv = getattr(torch_geometric.nn, layer)(heads * channels, channels, heads=heads,
+                                                  **kwargs).to(work.device)
         if ours is not None:
             conv.load_state_dict(ours.module.state_dict())
         return Impl(conv, lambda x: conv(x, edge_index))
@@ -287,7 +294,8 @@ for _heads, _d in CONFIGS:
     register(Case(
         key=f"gatv2-{_heads}x{_d}", name=f"GATv2Conv ({_heads}, {_d})", family=FAMILY,
         config={"heads": _heads, "D": _d}, in_channels=_heads * _d,
-        make_ours=_gatv2_ours(_heads, _d), baselines={"pyg": _gatv2_pyg(_heads, _d)},
+        make_ours=attention_ours("GATv2Conv", _heads, _d, add_self_loops=False),
+        baselines={"pyg": attention_pyg("GATv2Conv", _heads, _d, add_self_loops=False)},
         bar=Bar(fwd=10.0, bwd=6.0, mem=20.0) if (_heads, _d) == (2, 64) else None,
         bf16_over_fp32=BF16_OVER_FP32,
         make_kernels=_gatv2_kernels(_heads, _d), bytes_model=BYTES_MODEL,
@@ -299,22 +307,24 @@ del _heads, _d
 
 # ------------------------------------------------------- mini-batch cases
 
-def _gatv2_layer(pyg: bool, heads: int = MINIBATCH_HEADS) -> LayerBuilder:
-    """Builder of our GATv2Conv or PyG's (the same parameters and
+def heads_layer(layer: str, pyg: bool, heads: int = MINIBATCH_HEADS) -> LayerBuilder:
+    """Builder of our attention ``layer`` or PyG's (the same parameters and
     state_dict keys): heads concatenated where ``out_channels`` divides by
     ``heads``, else averaged (``concat=False``), so the layer outputs
     exactly ``out_channels``."""
     def make(in_channels: int, out_channels: int) -> nn.Module:
         if pyg:
-            from torch_geometric.nn import GATv2Conv
+            import torch_geometric.nn
+            conv = getattr(torch_geometric.nn, layer)
         else:
-            GATv2Conv = _nn_class("GATv2Conv")
+            conv = nn_class(layer)
         if out_channels % heads == 0:
-            return GATv2Conv(in_channels, out_channels // heads, heads=heads)
-        return GATv2Conv(in_channels, out_channels, heads=heads, concat=False)
+            return conv(in_channels, out_channels // heads, heads=heads)
+        return conv(in_channels, out_channels, heads=heads, concat=False)
 
     return make
 
 
 register(MinibatchCase(key="gatv2", name="GATv2Conv", family=FAMILY,
-                       make_ours=_gatv2_layer(False), make_pyg=_gatv2_layer(True)))
+                       make_ours=heads_layer("GATv2Conv", False),
+                       make_pyg=heads_layer("GATv2Conv", True)))
