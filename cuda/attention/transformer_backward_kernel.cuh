@@ -21,7 +21,7 @@
 // attention_hub_rows_finish_kernel (gatv2_traits.cuh) writes each pass's hub
 // accumulators out.
 // Each entry gathers two rows in either pass (k and v, then q and grad_out)
-// plus its edge row.
+// plus its edge row; kUnroll entries a step (twice measured slower here).
 #pragma once
 
 #include "transformer_kernel.cuh"
@@ -53,7 +53,7 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
                                            float (&acc)[Traits::kElems]) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems, U = TransformerFamily::unroll<Traits>();
+  constexpr int E = Traits::kElems, U = Traits::kUnroll;
   const index_t* const index[1] = {static_cast<const index_t*>(p.a.col)};
   const bool has_edge = p.edge != nullptr;
   float q[E], dout[E];
@@ -193,7 +193,7 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
                                              float (&acc_v)[Traits::kElems]) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems, U = TransformerFamily::unroll<Traits>();
+  constexpr int E = Traits::kElems, U = Traits::kUnroll;
   const index_t* const index[2] = {static_cast<const index_t*>(p.a_t.col),
                                    static_cast<const index_t*>(p.perm_t)};
   const bool has_edge = p.edge != nullptr;
