@@ -6,7 +6,7 @@ from typing import Any, Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.parameter import is_lazy
+from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn import TransformerConv as PygTransformerConv
 from torch_geometric.typing import (Adj, NoneType, OptTensor, PairTensor,  # noqa: F401
                                     SparseTensor)
@@ -234,7 +234,7 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         """attention_pyg_path_reason plus lazy parameters (PyG's linears
         initialize themselves on their first call)."""
         reason = attention_pyg_path_reason(self, x, edge_index, edge_attr)
-        if reason is None and any(is_lazy(p) for p in self.parameters()):
+        if reason is None and any(isinstance(p, UninitializedParameter) for p in self.parameters()):
             return "lazy in_channels=-1 before the first call"
         return reason
 
