@@ -1,7 +1,8 @@
 """What the attention layers (GATv2Conv, TransformerConv) share about their
-inputs: which inputs take PyG's path, and per-edge tensors moved between
-the input's edge order and the Graph's CSR order (the order the attention
-ops read and write per-edge tensors in)."""
+inputs and outputs: which inputs take PyG's path, per-edge tensors moved
+between the input's edge order and the Graph's CSR order (the order the
+attention ops read and write per-edge tensors in), and the dtype PyG's
+softmax leaves its messages in."""
 from typing import Any, Optional
 
 import torch
@@ -10,7 +11,8 @@ from torch_geometric.utils import is_sparse
 
 from ..graph import Graph
 
-__all__ = ["attention_pyg_path_reason", "in_csr_order", "in_input_order", "input_edge_index"]
+__all__ = ["attention_pyg_path_reason", "in_csr_order", "in_input_order", "input_edge_index",
+           "pyg_message_dtype"]
 
 
 def attention_pyg_path_reason(layer: Any, x: Any, edge_index: Any,
@@ -53,3 +55,18 @@ def in_input_order(values: Tensor, graph: Graph) -> Tensor:
 def input_edge_index(graph: Graph) -> Tensor:
     """The int64 edge_index ``graph`` was built from (its input edge order)."""
     return in_input_order(torch.stack([graph.col, graph.row], dim=1).long(), graph).t()
+
+
+def pyg_message_dtype(features: Tensor, *score_operands: Tensor) -> torch.dtype:
+    """The dtype PyG's attention layer leaves its attention weights and
+    aggregated messages in, for projected ``features``: its scores take the
+    promoted dtype of the features and ``score_operands`` (GATv2's fp32
+    ``att`` makes them fp32 under autocast), its softmax runs in float32
+    under CUDA autocast (exp autocasts to float32 there, not on CPU), and
+    the messages take the weights' dtype."""
+    dtype = features.dtype
+    for operand in score_operands:
+        dtype = torch.promote_types(dtype, operand.dtype)
+    if features.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        dtype = torch.promote_types(dtype, torch.float32)
+    return dtype

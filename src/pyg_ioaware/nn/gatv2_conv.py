@@ -14,7 +14,7 @@ from ..ops.attention import graph_gatv2, gatv2_weights_trusted
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
-                               input_edge_index)
+                               input_edge_index, pyg_message_dtype)
 from .fused_message_passing import FusedMessagePassing
 
 # No __all__ here: PyG's generated propagate module star-imports this one
@@ -114,6 +114,8 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         att = self.att[0]
         out, lse = graph_gatv2(graph, x_l, x_r, att, edge, self.negative_slope, dropout, seed,
                                self.hub_quantile)
+        dtype = pyg_message_dtype(x_l, att)
+        out = out.to(dtype)
 
         out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
         if res is not None:
@@ -124,7 +126,7 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
             return out
         alpha = gatv2_weights_trusted(graph.rowptr, graph.col, x_l.detach(), x_r.detach(),
                                       att.detach(), None if edge is None else edge.detach(), lse,
-                                      self.negative_slope).to(x_l.dtype)
+                                      self.negative_slope).to(dtype)
         return out, (pyg_edge_index, in_input_order(alpha, graph))
 
     # ------------------------------------------------------------- internals

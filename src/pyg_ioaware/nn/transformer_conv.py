@@ -16,7 +16,7 @@ from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from ..ops.transformer import graph_transformer, transformer_weights_trusted
 from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
-                               input_edge_index)
+                               input_edge_index, pyg_message_dtype)
 from .fused_message_passing import FusedMessagePassing
 
 if typing.TYPE_CHECKING:
@@ -200,13 +200,15 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         scale = channels ** -0.5
         out, lse = graph_transformer(graph, q, k, v, edge, scale, dropout, seed,
                                      self.hub_quantile)
+        dtype = pyg_message_dtype(q)
+        out = out.to(dtype)
 
         out = self.combine(out, x_dst)
         if not isinstance(return_attention_weights, bool):
             return out
         alpha = transformer_weights_trusted(graph.rowptr, graph.col, q.detach(), k.detach(),
                                             None if edge is None else edge.detach(), lse,
-                                            scale).to(q.dtype)
+                                            scale).to(dtype)
         if isinstance(edge_index, Graph):
             edge_index = input_edge_index(graph)
         return out, (edge_index, in_input_order(alpha, graph))
