@@ -5,7 +5,7 @@ import pytest
 import torch
 from _helpers import random_graph
 from torch_geometric import EdgeIndex
-from torch_geometric.utils import add_remaining_self_loops
+from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
 from pyg_ioaware import Graph
 from pyg_ioaware.graph import _GRAPH_CACHE, DROPPED_LOOP, ENV_FORCE_INT64, NEW_LOOP
@@ -211,6 +211,31 @@ def test_with_remaining_self_loops_matches_pyg():
     assert torch.equal(looped.col[looped.rowptr[:-1].long()].long(), torch.arange(25))
 
 
+@pytest.mark.parametrize("num_src, num_dst, num_edges", [(25, 25, 120), (30, 20, 90),
+                                                         (20, 30, 90), (6, 6, 0)])
+def test_with_pyg_self_loops_matches_pyg(num_src, num_dst, num_edges):
+    edge_index = random_graph(num_src, num_dst, num_edges, seed=12) if num_edges \
+        else torch.empty(2, 0, dtype=torch.long)
+    graph, looped, kept = Graph.with_pyg_self_loops(edge_index, (num_src, num_dst))
+    plain, _ = remove_self_loops(edge_index)
+    ref, _ = add_self_loops(plain, num_nodes=(num_src, num_dst))
+    assert torch.equal(looped, ref)  # PyG's order: kept edges, then the loops
+    assert torch.equal(edge_index[:, kept], plain)
+    assert_structure(graph, looped, num_src, num_dst)
+    assert Graph.with_pyg_self_loops(edge_index, (num_src, num_dst))[0] is graph  # cached
+    assert Graph.with_pyg_self_loops(edge_index, (num_src, num_dst + 1))[0] is not graph
+
+
+@pytest.mark.parametrize("bad, match", [
+    (torch.tensor([[0, -1], [1, 2]]), "negative"),
+    (torch.tensor([[0, 1, 3], [1, 2, 3]]), "out of range"),  # a self loop past the nodes
+    (torch.tensor([[0, 1], [1, 2]], dtype=torch.float32), "integer"),
+])
+def test_with_pyg_self_loops_checks_before_dropping_loops(bad, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        Graph.with_pyg_self_loops(bad, (3, 3))
+
+
 @pytest.mark.parametrize("bad, error, match", [
     (torch.tensor([[0, 1], [1, 2]], dtype=torch.float32), TypeError, "integer"),
     (torch.tensor([[0, 1], [1, 2]], dtype=torch.int16), TypeError, "int32 or int64"),
@@ -266,6 +291,22 @@ def test_cuda_new_graph_costs_one_sync(grouped):
     assert count_syncs(lambda: Graph.from_input(fresh, num_nodes=2000)) == 1
     fresh = edge_index.clone()
     # A whole training step on a new graph: build, self loops, values, CSR^T, plans.
+    assert count_syncs(lambda: conv(x, fresh).sum().backward()) == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layer", ["GATv2Conv", "TransformerConv"])
+def test_cuda_new_graph_attention_step_costs_one_sync(layer):
+    """A training step of an attention layer on a new graph (GATv2Conv with
+    PyG's self loops, a hub split forward and backward) reads one thing back
+    from the GPU: the index range (and loop count) of the new edge_index."""
+    import pyg_ioaware.nn
+
+    edge_index = random_graph(2000, 2000, 20000, seed=35, hub_degree=3000).cuda()
+    conv = getattr(pyg_ioaware.nn, layer)(16, 8, heads=2).cuda()
+    x = torch.randn(2000, 16, device="cuda")
+    conv(x, edge_index.clone()).sum().backward()  # warm-up
+    fresh = edge_index.clone()
     assert count_syncs(lambda: conv(x, fresh).sum().backward()) == 1
 
 

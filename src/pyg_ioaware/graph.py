@@ -193,14 +193,21 @@ class Graph:
             return cls._build(edge_index, num_src, num_dst, input_values, grouped=True)
         low, high, grouped = _index_stats(edge_index)  # the one host synchronisation
         num_src, num_dst = _resolve_num_nodes(num_nodes, max(high) + 1)
-        for i, (what, size) in enumerate((("source (edge_index[0])", num_src),
-                                          ("destination (edge_index[1])", num_dst))):
-            if low[i] < 0:
-                raise ValueError(f"Graph: {what} index {low[i]} is negative")
-            if high[i] >= size:
-                raise ValueError(f"Graph: {what} index {high[i]} is out of range for "
-                                 f"{size} nodes")
+        _check_index_range(low, high, num_src, num_dst)
         return cls._build(edge_index, num_src, num_dst, input_values, grouped)
+
+    @classmethod
+    def with_pyg_self_loops(cls, adj: Tensor,
+                            num_nodes: Tuple[int, int]) -> Tuple["Graph", Tensor, Tensor]:
+        """(graph, edge_index, kept): ``adj`` (an edge_index or EdgeIndex of
+        num_nodes = (num_src, num_dst)) after PyG's remove_self_loops +
+        add_self_loops (one loop per node below min(num_src, num_dst)), as
+        GATConv-like layers see it: ``edge_index`` the kept input edges in
+        input order then the loops, ``kept`` their input ids, ``graph`` its
+        Graph. Cached on ``adj`` like :meth:`from_input`; built with one host
+        synchronisation (index range and loop count read together) and one
+        sort, without building ``adj``'s own CSR."""
+        return _cached_graph(adj, num_nodes, _pyg_self_looped, variant="pyg_self_loops")
 
     @classmethod
     def from_input(cls, adj: Any, num_nodes: NumNodes = None) -> "Graph":
@@ -356,7 +363,8 @@ class Graph:
 
 # ---------------------------------------------------------------- the cache
 class _GraphCache:
-    """Graphs of tensors seen before, keyed by the tensor's identity.
+    """Graphs (and variants: other structures built from a tensor) of
+    tensors seen before, keyed by the tensor's identity.
 
     An entry is valid while the tensor lives and its version counter and the
     requested node counts are unchanged; it is dropped when the tensor dies.
@@ -365,15 +373,15 @@ class _GraphCache:
     def __init__(self):
         self._entries: dict[int, dict] = {}
 
-    def lookup(self, adj: Any, num_nodes: NumNodes,
-               build: Callable[[Any, NumNodes], Graph]) -> Graph:
+    def lookup(self, adj: Any, num_nodes: NumNodes, build: Callable[[Any, NumNodes], Any],
+               variant: str = "") -> Any:
         key = id(adj)
         version = _version_of(adj)
         if isinstance(num_nodes, list):
             num_nodes = tuple(num_nodes)
         per_tensor = self._entries.get(key)
         if per_tensor is not None and per_tensor["ref"]() is adj:
-            graph = per_tensor["graphs"].get((version, num_nodes))
+            graph = per_tensor["graphs"].get((version, num_nodes, variant))
             if graph is not None:
                 return graph
         graph = build(adj, num_nodes)
@@ -382,7 +390,7 @@ class _GraphCache:
             self._entries[key] = per_tensor
         # Keep only the current version's graphs.
         per_tensor["graphs"] = {k: g for k, g in per_tensor["graphs"].items() if k[0] == version}
-        per_tensor["graphs"][(version, num_nodes)] = graph
+        per_tensor["graphs"][(version, num_nodes, variant)] = graph
         return graph
 
     def _forget(self, key: int) -> Callable[[Any], None]:
@@ -406,10 +414,13 @@ _GRAPH_CACHE = _GraphCache()
 _eager_lookup = torch.compiler.disable(_GRAPH_CACHE.lookup)
 
 
-def _cached_graph(adj: Any, num_nodes: NumNodes, build: Callable[[Any, NumNodes], Graph]) -> Graph:
+def _cached_graph(adj: Any, num_nodes: NumNodes, build: Callable[[Any, NumNodes], Any],
+                  variant: str = "") -> Any:
+    """build(adj, num_nodes), cached per (adj, its version, num_nodes,
+    variant): a variant names what else than adj's own Graph is built."""
     if torch.compiler.is_compiling():
-        return _eager_lookup(adj, num_nodes, build)
-    return _GRAPH_CACHE.lookup(adj, num_nodes, build)
+        return _eager_lookup(adj, num_nodes, build, variant)
+    return _GRAPH_CACHE.lookup(adj, num_nodes, build, variant)
 
 
 def clear_graph_cache() -> None:
@@ -565,6 +576,44 @@ def _check_edge_index(edge_index: Tensor) -> None:
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"Graph: edge_index must have shape [2, num_edges], "
                          f"got {list(edge_index.shape)}")
+
+
+def _check_index_range(low: list, high: list, num_src: int, num_dst: int) -> None:
+    """ValueError unless [low, high] of the sources / destinations lies in
+    [0, num_src) / [0, num_dst)."""
+    for i, (what, size) in enumerate((("source (edge_index[0])", num_src),
+                                      ("destination (edge_index[1])", num_dst))):
+        if low[i] < 0:
+            raise ValueError(f"Graph: {what} index {low[i]} is negative")
+        if high[i] >= size:
+            raise ValueError(f"Graph: {what} index {high[i]} is out of range for "
+                             f"{size} nodes")
+
+
+def _pyg_self_looped(adj: Tensor, num_nodes: Tuple[int, int]) -> Tuple[Graph, Tensor, Tensor]:
+    """Graph.with_pyg_self_loops's build. The kept edges are compacted by a
+    scatter to their running count (a boolean index or nonzero would read
+    their number back a second time)."""
+    edge_index = _plain_tensor(adj)
+    _check_edge_index(edge_index)
+    num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
+    num_edges = edge_index.size(1)
+    keep = edge_index[0] != edge_index[1]
+    if num_edges > 0:
+        low, high = torch.aminmax(edge_index, dim=1)
+        stats = torch.cat([low, high, keep.sum().view(1).to(low.dtype)]).tolist()
+        _check_index_range(stats[0:2], stats[2:4], num_src, num_dst)
+        num_kept = int(stats[4])
+    else:
+        num_kept = 0
+    # Kept edge e goes to slot (number of kept edges before it); loops to a spare last slot.
+    slot = torch.where(keep, torch.cumsum(keep, 0) - 1, num_kept)
+    kept = torch.empty(num_kept + 1, dtype=torch.long, device=edge_index.device)
+    kept.scatter_(0, slot, torch.arange(num_edges, device=edge_index.device))
+    kept = kept[:num_kept]
+    loops = torch.arange(min(num_src, num_dst), device=edge_index.device, dtype=edge_index.dtype)
+    looped = torch.cat([edge_index.index_select(1, kept), torch.stack([loops, loops])], dim=1)
+    return Graph._build(looped, num_src, num_dst, None, grouped=False), looped, kept
 
 
 def _resolve_num_nodes(num_nodes: NumNodes, inferred: int) -> Tuple[int, int]:

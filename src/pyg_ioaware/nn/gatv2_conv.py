@@ -145,22 +145,20 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         """(the graph the attention runs on, its edge_index in PyG's order,
         the input edges it keeps or None for all). With add_self_loops:
         input self loops removed, one loop per node below min(num_src,
-        num_dst) appended (PyG's order), built once per input graph."""
-        graph = Graph.from_input(edge_index, (num_src, num_dst))
-        if isinstance(edge_index, Graph):
-            edge_index = input_edge_index(graph)
+        num_dst) appended (PyG's order), built once per input graph
+        (Graph.with_pyg_self_loops: the input's own CSR is never built)."""
         if not self.add_self_loops:
-            return graph, edge_index, None
+            graph = Graph.from_input(edge_index, (num_src, num_dst))
+            return graph, input_edge_index(graph) if isinstance(edge_index, Graph) \
+                else edge_index, None
+        if not isinstance(edge_index, Graph):
+            return Graph.with_pyg_self_loops(edge_index, (num_src, num_dst))
+        Graph.from_input(edge_index, (num_src, num_dst))  # checks the node counts
         num_loops = min(num_src, num_dst)
-        cached = graph.state.attention_graphs.get(num_loops)
+        cached = edge_index.state.attention_graphs.get(num_loops)
         if cached is None:
-            plain = edge_index.as_subclass(Tensor) if isinstance(edge_index, EdgeIndex) \
-                else edge_index
-            kept = (plain[0] != plain[1]).nonzero().view(-1)
-            loops = torch.arange(num_loops, device=plain.device, dtype=plain.dtype)
-            looped = torch.cat([plain.index_select(1, kept), torch.stack([loops, loops])], dim=1)
-            cached = (Graph.from_edge_index(looped, (num_src, num_dst)), looped, kept)
-            graph.state.attention_graphs[num_loops] = cached
+            cached = Graph.with_pyg_self_loops(input_edge_index(edge_index), (num_src, num_dst))
+            edge_index.state.attention_graphs[num_loops] = cached
         return cached
 
     @torch.jit.unused
