@@ -1,13 +1,16 @@
 """GATv2Conv: PyG's GATv2 operator with its attention fused into one pass
 per destination (the attention family's kernels)."""
+import typing
 from typing import Any, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch_geometric import EdgeIndex
 from torch_geometric.nn import GATv2Conv as PygGATv2Conv
-from torch_geometric.typing import Adj, OptTensor, PairTensor, SparseTensor  # noqa: F401
-from torch_geometric.utils import add_self_loops
+from torch_geometric.typing import (Adj, NoneType, OptTensor, PairTensor,  # noqa: F401
+                                    SparseTensor, torch_sparse)
+from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
+from torch_geometric.utils.sparse import set_sparse_value
 
 from ..graph import Graph
 from ..ops.attention import graph_gatv2, gatv2_weights_trusted
@@ -16,6 +19,11 @@ from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
                                input_edge_index, pyg_message_dtype)
 from .fused_message_passing import FusedMessagePassing
+
+if typing.TYPE_CHECKING:
+    from typing import overload
+else:
+    from torch.jit import _overload_method as overload
 
 # No __all__ here: PyG's generated propagate module star-imports this one
 # for the type names above (Tensor, OptTensor, PairTensor, ...).
@@ -75,17 +83,135 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         PygGATv2Conv.__init__(self, *args, **kwargs)
         self._aggr_reason = self.aggr_reason(self.aggr, ("add", "sum"))
 
-    def forward(self, x: Union[Tensor, PairTensor], edge_index: Adj,
-                edge_attr: OptTensor = None,
-                return_attention_weights: Optional[bool] = None) -> Any:
-        # PyG generates this class's propagate / edge_updater from these:
-        # propagate_type: (x: PairTensor, alpha: Tensor)
-        # edge_updater_type: (x: PairTensor, edge_attr: OptTensor)
-        reason = self._pyg_path_reason(x, edge_index, edge_attr, return_attention_weights)
-        if reason is not None:
+    @overload
+    def forward(
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        return_attention_weights: NoneType = None,
+    ) -> Tensor:
+        pass
+
+    @overload
+    def forward(  # noqa: F811
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Tensor,
+        edge_attr: OptTensor = None,
+        return_attention_weights: bool = None,
+    ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        pass
+
+    @overload
+    def forward(  # noqa: F811
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: SparseTensor,
+        edge_attr: OptTensor = None,
+        return_attention_weights: bool = None,
+    ) -> Tuple[Tensor, SparseTensor]:
+        pass
+
+    def forward(  # noqa: F811
+        self,
+        x: Union[Tensor, PairTensor],
+        edge_index: Adj,
+        edge_attr: OptTensor = None,
+        return_attention_weights: Optional[bool] = None,
+    ) -> Union[
+            Tensor,
+            Tuple[Tensor, Tuple[Tensor, Tensor]],
+            Tuple[Tensor, SparseTensor],
+    ]:
+        if not torch.jit.is_scripting():
+            reason = self._pyg_path_reason(x, edge_index, edge_attr, return_attention_weights)
+            if reason is None:
+                return self.fused_forward(x, edge_index, edge_attr, return_attention_weights)
             self.check_pyg_path_input(edge_index, reason)
-            return PygGATv2Conv.forward(self, x, edge_index, edge_attr, return_attention_weights)
-        return self.fused_forward(x, edge_index, edge_attr, return_attention_weights)
+
+        # PyG's path: PyG's forward, verbatim (TorchScript compiles only
+        # this; PyG's class cannot be called from a scripted method).
+        H, C = self.heads, self.out_channels
+
+        res: Optional[Tensor] = None
+
+        x_l: OptTensor = None
+        x_r: OptTensor = None
+        if isinstance(x, Tensor):
+            assert x.dim() == 2
+
+            if self.res is not None:
+                res = self.res(x)
+
+            x_l = self.lin_l(x).view(-1, H, C)
+            if self.share_weights:
+                x_r = x_l
+            else:
+                x_r = self.lin_r(x).view(-1, H, C)
+        else:
+            x_l, x_r = x[0], x[1]
+            assert x[0].dim() == 2
+
+            if x_r is not None and self.res is not None:
+                res = self.res(x_r)
+
+            x_l = self.lin_l(x_l).view(-1, H, C)
+            if x_r is not None:
+                x_r = self.lin_r(x_r).view(-1, H, C)
+
+        assert x_l is not None
+        assert x_r is not None
+
+        if self.add_self_loops:
+            if isinstance(edge_index, Tensor):
+                num_nodes = x_l.size(0)
+                if x_r is not None:
+                    num_nodes = min(num_nodes, x_r.size(0))
+                edge_index, edge_attr = remove_self_loops(
+                    edge_index, edge_attr)
+                edge_index, edge_attr = add_self_loops(
+                    edge_index, edge_attr, fill_value=self.fill_value,
+                    num_nodes=num_nodes)
+            elif isinstance(edge_index, SparseTensor):
+                if self.edge_dim is None:
+                    edge_index = torch_sparse.set_diag(edge_index)
+                else:
+                    raise NotImplementedError(
+                        "The usage of 'edge_attr' and 'add_self_loops' "
+                        "simultaneously is currently not yet supported for "
+                        "'edge_index' in a 'SparseTensor' form")
+
+        # edge_updater_type: (x: PairTensor, edge_attr: OptTensor)
+        alpha = self.edge_updater(edge_index, x=(x_l, x_r),
+                                  edge_attr=edge_attr)
+
+        # propagate_type: (x: PairTensor, alpha: Tensor)
+        out = self.propagate(edge_index, x=(x_l, x_r), alpha=alpha)
+
+        if self.concat:
+            out = out.view(-1, self.heads * self.out_channels)
+        else:
+            out = out.mean(dim=1)
+
+        if res is not None:
+            out = out + res
+
+        if self.bias is not None:
+            out = out + self.bias
+
+        if return_attention_weights:
+            if isinstance(edge_index, Tensor):
+                if is_torch_sparse_tensor(edge_index):
+                    # TODO TorchScript requires to return a tuple
+                    adj = set_sparse_value(edge_index, alpha)
+                    return out, (adj, alpha)
+                else:
+                    return out, (edge_index, alpha)
+            elif isinstance(edge_index, SparseTensor):
+                return out, edge_index.set_value(alpha, layout='coo')
+
+        return out
 
     @torch.jit.unused
     def fused_forward(self, x: Union[Tensor, PairTensor], edge_index: Any,
