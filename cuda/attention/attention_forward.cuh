@@ -130,32 +130,20 @@ template <typename Family, typename Traits, typename P>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     attention_hub_chunks_kernel(const __grid_constant__ P p, GatShape s, GatHubs hubs) {
   using index_t = typename Traits::index_t;
-  const int64_t num_hubs = hub_count(hubs.list);
-  if (num_hubs == 0) return;
-  const int64_t items = hub_chunk_count(hubs.list) * s.passes();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                      threadIdx.x / kWarpSize;
-       item < items; item += warps) {
-    const int64_t chunk = item / s.passes();
-    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
-    int64_t begin, end;
-    const int64_t slot = hub_chunk_range(hubs.list, num_hubs,
-                                         static_cast<const index_t*>(p.a.rowptr), chunk,
-                                         kGatHubChunk, &begin, &end);
-    // Chunks counted for rows a full list refused are empty (and have no state).
-    if (begin == end) continue;
-    const SoftmaxState<Traits::kElems> state =
-        attend<Family, Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, begin, end);
-    if (!head.active || s.slot(lane) != 0) continue;
-    const int64_t index = chunk * s.heads + head.h;
-    store_float_slice<Traits>(hubs.partial + index * s.channels, s, lane, state.acc);
-    if (s.layout.lane_in_group(lane) == 0) {
-      hubs.stats[2 * index] = state.m;
-      hubs.stats[2 * index + 1] = state.l;
-    }
-  }
+  for_each_hub_chunk<Traits::kWarpsPerBlock>(
+      hubs.list, static_cast<const index_t*>(p.a.rowptr), s, lane,
+      [&](int64_t chunk, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
+        const SoftmaxState<Traits::kElems> state =
+            attend<Family, Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, begin, end);
+        if (!head.active || s.slot(lane) != 0) return;
+        const int64_t index = chunk * s.heads + head.h;
+        store_float_slice<Traits>(hubs.partial + index * s.channels, s, lane, state.acc);
+        if (s.layout.lane_in_group(lane) == 0) {
+          hubs.stats[2 * index] = state.m;
+          hubs.stats[2 * index + 1] = state.l;
+        }
+      });
 }
 
 // A warp per (hub, head) merges the hub's chunk states:

@@ -7,6 +7,7 @@
 
 #include "../common/abi.h"
 #include "../common/grid.h"
+#include "attention_backward_layout.cuh"
 #include "attention_forward.cuh"
 #include "gatv2_dispatch.cuh"
 
@@ -15,14 +16,10 @@ namespace attention {
 
 using gatv2::round_up;
 
-// Hub slots of a forward: at most max_hubs, and no more rows than can hold
-// more than PYGIO_ATTENTION_MIN_HUB_DEGREE entries.
+// Hub slots of a forward (over the rows of a).
 template <typename P>
 int64_t hub_slots(const P& p) {
-  if (p.hub_degree == nullptr || p.a.nnz == 0) return 0;
-  const int64_t bound = p.a.nnz / (PYGIO_ATTENTION_MIN_HUB_DEGREE + 1);
-  const int64_t slots = p.max_hubs < bound ? p.max_hubs : bound;
-  return slots < p.a.num_rows ? slots : p.a.num_rows;
+  return hub_slots(p.hub_degree, p.max_hubs, p.a.nnz, p.a.num_rows);
 }
 
 // Chunks the hub list can count: every entry of a row that tried to

@@ -250,30 +250,19 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     gatv2_backward_hub_rows_kernel(const __grid_constant__ pygio_gatv2_backward_params p,
                                    GatShape s, GatGradHubs hubs, float* __restrict__ g) {
   using index_t = typename Traits::index_t;
-  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int64_t num_hubs = hub_count(hubs.list);
-  if (num_hubs == 0) return;
-  const int64_t items = hub_chunk_count(hubs.list) * s.passes();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                      threadIdx.x / kWarpSize;
-       item < items; item += warps) {
-    const int64_t chunk = item / s.passes();
-    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
-    int64_t begin, end;
-    const int64_t slot =
-        hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kGatHubChunk, &begin, &end);
-    if (begin == end) continue;  // counted for a row the full list refused
-    const int64_t row = hubs.list.hubs[slot].row;
-    const DestinationSums<Traits> sums =
-        destination_sums<Traits>(p, s, lane, row, head.h, begin, end);
-    if (!head.active || s.slot(lane) != 0) continue;
-    float* acc = hubs.acc + 2 * slot * s.width() + head.h * s.channels;
-    atomic_add_slice<Traits>(acc, s, lane, sums.a);
-    atomic_add_slice<Traits>(acc + s.width(), s, lane, sums.b);
-    if (s.layout.lane_in_group(lane) == 0) atomicAdd(g + row * s.heads + head.h, sums.g);
-  }
+  for_each_hub_chunk<Traits::kWarpsPerBlock>(
+      hubs.list, static_cast<const index_t*>(p.a.rowptr), s, lane,
+      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
+        const int64_t row = hubs.list.hubs[slot].row;
+        const DestinationSums<Traits> sums =
+            destination_sums<Traits>(p, s, lane, row, head.h, begin, end);
+        if (!head.active || s.slot(lane) != 0) return;
+        float* acc = hubs.acc + 2 * slot * s.width() + head.h * s.channels;
+        atomic_add_slice<Traits>(acc, s, lane, sums.a);
+        atomic_add_slice<Traits>(acc + s.width(), s, lane, sums.b);
+        if (s.layout.lane_in_group(lane) == 0) atomicAdd(g + row * s.heads + head.h, sums.g);
+      });
 }
 
 // grad_x_r[row, h, :] = A - G[row, h] B of each registered hub of a: a warp per hub.
@@ -346,27 +335,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   using index_t = typename Traits::index_t;
   constexpr int E = Traits::kElems;
   float* att_sums = begin_att_sums(p, s, shared_att);
-  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
-  const int64_t num_hubs = hub_count(hubs.list);
-  const int64_t items = num_hubs > 0 ? hub_chunk_count(hubs.list) * s.passes() : 0;
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                      threadIdx.x / kWarpSize;
-       item < items; item += warps) {
-    const int64_t chunk = item / s.passes();
-    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
-    int64_t begin, end;
-    const int64_t slot =
-        hub_chunk_range(hubs.list, num_hubs, rowptr_t, chunk, kGatHubChunk, &begin, &end);
-    if (begin == end) continue;  // counted for a row the full list refused
-    float dxl[E], datt[E];
-    source_grads<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin, end,
-                         g, dxl, datt);
-    if (!head.active || s.slot(lane) != 0) continue;
-    atomic_add_slice<Traits>(hubs.acc + slot * s.width() + head.h * s.channels, s, lane, dxl);
-    atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
-  }
+  for_each_hub_chunk<Traits::kWarpsPerBlock>(
+      hubs.list, static_cast<const index_t*>(p.a_t.rowptr), s, lane,
+      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
+        float dxl[E], datt[E];
+        source_grads<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin,
+                             end, g, dxl, datt);
+        if (!head.active || s.slot(lane) != 0) return;
+        atomic_add_slice<Traits>(hubs.acc + slot * s.width() + head.h * s.channels, s, lane,
+                                 dxl);
+        atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
+      });
   end_att_sums(p, s, shared_att);
 }
 

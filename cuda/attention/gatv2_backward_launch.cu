@@ -3,7 +3,7 @@
 // destination pass over a, then the source pass over a_t.
 #include "../common/device_guard.h"
 #include "../common/grid.h"
-#include "attention_backward_layout.h"
+#include "attention_backward_layout.cuh"
 #include "gatv2_backward_kernel.cuh"
 #include "gatv2_dispatch.cuh"
 
@@ -54,24 +54,11 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
   using scalar_t = typename Traits::scalar_t;
   constexpr int kThreads = Traits::kThreadsPerBlock;
   const attention::BackwardLayout layout = backward_layout(p);
-  auto* base = static_cast<char*>(p.workspace);
-  auto* g = reinterpret_cast<float*>(base);
-  GatGradHubs hubs_a{HubList{nullptr, nullptr, 0}, p.hub_degree, nullptr};
-  GatGradHubs hubs_t{HubList{nullptr, nullptr, 0}, p.hub_degree_t, nullptr};
-  if (layout.slots_a + layout.slots_t > 0) {
-    auto* counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
-    if (layout.slots_a > 0) {
-      hubs_a.list = HubList{counters, reinterpret_cast<HubEntry*>(base + layout.list_a),
-                            layout.slots_a};
-      hubs_a.acc = reinterpret_cast<float*>(base + layout.acc_a);
-    }
-    if (layout.slots_t > 0) {
-      hubs_t.list = HubList{counters + 1, reinterpret_cast<HubEntry*>(base + layout.list_t),
-                            layout.slots_t};
-      hubs_t.acc = reinterpret_cast<float*>(base + layout.acc_t);
-    }
-    PYGIO_CHECK_CUDA(cudaMemsetAsync(base + layout.counters, 0, layout.zeroed_bytes, stream));
-  }
+  attention::BackwardWorkspace workspace;
+  PYGIO_TRY(attention::bind_backward_workspace(p, layout, stream, &workspace));
+  float* g = workspace.row_scalars;
+  const GatGradHubs& hubs_a = workspace.hubs_a;
+  const GatGradHubs& hubs_t = workspace.hubs_t;
   const size_t att_bytes = p.heads * p.channels * sizeof(float);
   const bool shared_att = att_bytes <= kMaxSharedAttBytes;
   const size_t shared_bytes = shared_att ? att_bytes : 0;

@@ -113,6 +113,30 @@ __device__ __forceinline__ PassHead pass_head(const GatShape& s, int lane, int64
   return PassHead{h < s.heads ? h : s.heads - 1, h < s.heads};
 }
 
+// Calls work(chunk, slot, head, begin, end) for every (registered hub chunk,
+// pass of heads) of `list` over the rows of `rowptr`: a warp per item
+// (grid-stride), entries [begin, end) of the hub in `slot`, `head` the
+// caller's head of the pass. Chunks counted for rows a full list refused
+// are empty and skipped. Every lane of the warp makes the same calls.
+template <int kWarpsPerBlock, typename index_t, typename Work>
+__device__ __forceinline__ void for_each_hub_chunk(const HubList& list,
+                                                   const index_t* __restrict__ rowptr,
+                                                   const GatShape& s, int lane, Work work) {
+  const int64_t num_hubs = hub_count(list);
+  if (num_hubs == 0) return;
+  const int64_t items = hub_chunk_count(list) * s.passes();
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+       item < items; item += warps) {
+    const int64_t chunk = item / s.passes();
+    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
+    int64_t begin, end;
+    const int64_t slot =
+        hub_chunk_range(list, num_hubs, rowptr, chunk, kGatHubChunk, &begin, &end);
+    if (begin < end) work(chunk, slot, head, begin, end);
+  }
+}
+
 // The channel of element 0 of piece q of `lane`, or -1 past the head's end.
 template <typename Traits>
 __device__ __forceinline__ int64_t piece_channel(const GatShape& s, int lane, int q) {

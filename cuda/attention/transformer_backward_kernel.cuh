@@ -158,27 +158,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
         GatGradHubs hubs, const float* __restrict__ delta) {
   using index_t = typename Traits::index_t;
-  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int64_t num_hubs = hub_count(hubs.list);
-  if (num_hubs == 0) return;
-  const int64_t items = hub_chunk_count(hubs.list) * s.passes();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                      threadIdx.x / kWarpSize;
-       item < items; item += warps) {
-    const int64_t chunk = item / s.passes();
-    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
-    int64_t begin, end;
-    const int64_t slot =
-        hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kGatHubChunk, &begin, &end);
-    if (begin == end) continue;  // counted for a row the full list refused
-    const int64_t row = hubs.list.hubs[slot].row;
-    float acc[Traits::kElems];
-    query_grad<Traits>(p, s, lane, row, head.h, begin, end, delta[row * s.heads + head.h], acc);
-    if (!head.active || s.slot(lane) != 0) continue;
-    atomic_add_slice<Traits>(hubs.acc + slot * s.width() + head.h * s.channels, s, lane, acc);
-  }
+  for_each_hub_chunk<Traits::kWarpsPerBlock>(
+      hubs.list, static_cast<const index_t*>(p.a.rowptr), s, lane,
+      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
+        const int64_t row = hubs.list.hubs[slot].row;
+        float acc[Traits::kElems];
+        query_grad<Traits>(p, s, lane, row, head.h, begin, end, delta[row * s.heads + head.h],
+                           acc);
+        if (!head.active || s.slot(lane) != 0) return;
+        atomic_add_slice<Traits>(hubs.acc + slot * s.width() + head.h * s.channels, s, lane,
+                                 acc);
+      });
 }
 
 // acc_k = scale sum_e ds q[i], acc_v = sum_e f alpha grad_out[i] over
@@ -319,29 +310,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
         GatGradHubs hubs, const float* __restrict__ delta) {
   using index_t = typename Traits::index_t;
   constexpr int E = Traits::kElems;
-  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
-  const int64_t num_hubs = hub_count(hubs.list);
-  if (num_hubs == 0) return;
-  const int64_t items = hub_chunk_count(hubs.list) * s.passes();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                      threadIdx.x / kWarpSize;
-       item < items; item += warps) {
-    const int64_t chunk = item / s.passes();
-    const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
-    int64_t begin, end;
-    const int64_t slot =
-        hub_chunk_range(hubs.list, num_hubs, rowptr_t, chunk, kGatHubChunk, &begin, &end);
-    if (begin == end) continue;  // counted for a row the full list refused
-    float acc_k[E], acc_v[E];
-    source_grads<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin, end,
-                         delta, acc_k, acc_v);
-    if (!head.active || s.slot(lane) != 0) continue;
-    float* acc = hubs.acc + 2 * slot * s.width() + head.h * s.channels;
-    atomic_add_slice<Traits>(acc, s, lane, acc_k);
-    atomic_add_slice<Traits>(acc + s.width(), s, lane, acc_v);
-  }
+  for_each_hub_chunk<Traits::kWarpsPerBlock>(
+      hubs.list, static_cast<const index_t*>(p.a_t.rowptr), s, lane,
+      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
+        float acc_k[E], acc_v[E];
+        source_grads<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin,
+                             end, delta, acc_k, acc_v);
+        if (!head.active || s.slot(lane) != 0) return;
+        float* acc = hubs.acc + 2 * slot * s.width() + head.h * s.channels;
+        atomic_add_slice<Traits>(acc, s, lane, acc_k);
+        atomic_add_slice<Traits>(acc + s.width(), s, lane, acc_v);
+      });
 }
 
 }  // namespace pygio

@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "../common/device_guard.h"
-#include "attention_backward_layout.h"
+#include "attention_backward_layout.cuh"
 #include "attention_forward_launch.cuh"
 #include "gatv2_dispatch.cuh"
 #include "transformer_backward_kernel.cuh"
@@ -99,24 +99,11 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
   using scalar_t = typename Traits::scalar_t;
   constexpr int kThreads = Traits::kThreadsPerBlock;
   const attention::BackwardLayout layout = backward_layout(p);
-  auto* base = static_cast<char*>(p.workspace);
-  auto* delta = reinterpret_cast<float*>(base);
-  GatGradHubs hubs_a{HubList{nullptr, nullptr, 0}, p.hub_degree, nullptr};
-  GatGradHubs hubs_t{HubList{nullptr, nullptr, 0}, p.hub_degree_t, nullptr};
-  if (layout.slots_a + layout.slots_t > 0) {
-    auto* counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
-    if (layout.slots_a > 0) {
-      hubs_a.list = HubList{counters, reinterpret_cast<HubEntry*>(base + layout.list_a),
-                            layout.slots_a};
-      hubs_a.acc = reinterpret_cast<float*>(base + layout.acc_a);
-    }
-    if (layout.slots_t > 0) {
-      hubs_t.list = HubList{counters + 1, reinterpret_cast<HubEntry*>(base + layout.list_t),
-                            layout.slots_t};
-      hubs_t.acc = reinterpret_cast<float*>(base + layout.acc_t);
-    }
-    PYGIO_CHECK_CUDA(cudaMemsetAsync(base + layout.counters, 0, layout.zeroed_bytes, stream));
-  }
+  attention::BackwardWorkspace workspace;
+  PYGIO_TRY(attention::bind_backward_workspace(p, layout, stream, &workspace));
+  float* delta = workspace.row_scalars;
+  const GatGradHubs& hubs_a = workspace.hubs_a;
+  const GatGradHubs& hubs_t = workspace.hubs_t;
   const int64_t width = p.heads * p.channels;
   unsigned grid = 0;
   // Destination pass: grad_q and Delta.

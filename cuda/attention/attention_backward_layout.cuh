@@ -7,8 +7,9 @@
 
 #include <stdint.h>
 
-#include "../common/hubs.cuh"
+#include "../common/status.h"
 #include "gatv2_dispatch.cuh"
+#include "gatv2_traits.cuh"
 
 namespace pygio {
 namespace attention {
@@ -46,6 +47,39 @@ struct BackwardLayout {
                                    : list_t + gatv2::round_up(slots_t * sizeof(HubEntry));
   }
 };
+
+// The workspace of a backward over P bound to its parts: the per (row,
+// head) scalars and both passes' hub lists and accumulators (their
+// counters and accumulators zeroed on `stream`; lists of capacity 0 where
+// a pass splits no rows).
+struct BackwardWorkspace {
+  float* row_scalars;  // [num_rows, heads]
+  GatGradHubs hubs_a;  // rows of a
+  GatGradHubs hubs_t;  // rows of a_t
+};
+
+template <typename P>
+int bind_backward_workspace(const P& p, const BackwardLayout& layout, cudaStream_t stream,
+                            BackwardWorkspace* w) {
+  auto* base = static_cast<char*>(p.workspace);
+  w->row_scalars = reinterpret_cast<float*>(base);
+  w->hubs_a = GatGradHubs{HubList{nullptr, nullptr, 0}, p.hub_degree, nullptr};
+  w->hubs_t = GatGradHubs{HubList{nullptr, nullptr, 0}, p.hub_degree_t, nullptr};
+  if (layout.slots_a + layout.slots_t == 0) return PYGIO_OK;
+  auto* counters = reinterpret_cast<unsigned long long*>(base + layout.counters);
+  if (layout.slots_a > 0) {
+    w->hubs_a.list =
+        HubList{counters, reinterpret_cast<HubEntry*>(base + layout.list_a), layout.slots_a};
+    w->hubs_a.acc = reinterpret_cast<float*>(base + layout.acc_a);
+  }
+  if (layout.slots_t > 0) {
+    w->hubs_t.list =
+        HubList{counters + 1, reinterpret_cast<HubEntry*>(base + layout.list_t), layout.slots_t};
+    w->hubs_t.acc = reinterpret_cast<float*>(base + layout.acc_t);
+  }
+  PYGIO_CHECK_CUDA(cudaMemsetAsync(base + layout.counters, 0, layout.zeroed_bytes, stream));
+  return PYGIO_OK;
+}
 
 }  // namespace attention
 }  // namespace pygio
