@@ -592,8 +592,9 @@ def _check_index_range(low: list, high: list, num_src: int, num_dst: int) -> Non
 
 def _pyg_self_looped(adj: Tensor, num_nodes: Tuple[int, int]) -> Tuple[Graph, Tensor, Tensor]:
     """Graph.with_pyg_self_loops's build. The kept edges are compacted by a
-    scatter to their running count (a boolean index or nonzero would read
-    their number back a second time)."""
+    stable partition (a scatter to their running count, the loops after
+    them; a boolean index or nonzero would read their number back a second
+    time)."""
     edge_index = _plain_tensor(adj)
     _check_edge_index(edge_index)
     num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
@@ -606,11 +607,10 @@ def _pyg_self_looped(adj: Tensor, num_nodes: Tuple[int, int]) -> Tuple[Graph, Te
         num_kept = int(stats[4])
     else:
         num_kept = 0
-    # Kept edge e goes to slot (number of kept edges before it); loops to a spare last slot.
-    slot = torch.where(keep, torch.cumsum(keep, 0) - 1, num_kept)
-    kept = torch.empty(num_kept + 1, dtype=torch.long, device=edge_index.device)
-    kept.scatter_(0, slot, torch.arange(num_edges, device=edge_index.device))
-    kept = kept[:num_kept]
+    # Kept edge e goes to slot (kept edges before it), a loop to num_kept + (loops before it).
+    slot = torch.where(keep, torch.cumsum(keep, 0) - 1, num_kept + torch.cumsum(~keep, 0) - 1)
+    order = torch.empty(num_edges, dtype=torch.long, device=edge_index.device)
+    kept = order.scatter_(0, slot, torch.arange(num_edges, device=edge_index.device))[:num_kept]
     loops = torch.arange(min(num_src, num_dst), device=edge_index.device, dtype=edge_index.dtype)
     looped = torch.cat([edge_index.index_select(1, kept), torch.stack([loops, loops])], dim=1)
     return Graph._build(looped, num_src, num_dst, None, grouped=False), looped, kept
