@@ -11,13 +11,13 @@ nodes, so it aggregates bipartitely: sources are all sampled nodes, the
 destinations the first ``batch_size`` of them (NeighborLoader puts the seed
 nodes first). Evaluation runs the same model on the full graph.
 
-    python examples/neighbor_loader.py                  # torch_geometric's NeighborLoader
-    python examples/neighbor_loader.py --sampler torch  # a small plain-torch sampler
+    python examples/neighbor_loader.py                  # PyG's NeighborLoader where it can sample
+    python examples/neighbor_loader.py --sampler torch  # the package's plain-torch sampler
 
-NeighborLoader samples through pyg-lib or torch-sparse. Where neither is
-installed, ``--sampler pyg`` (the default) says so and exits with status 0;
-``--sampler torch`` uses a plain-torch uniform sampler that builds the same
-kind of mini-batch (seed nodes first, local edge_index) instead.
+torch_geometric's NeighborLoader samples through pyg-lib or torch-sparse.
+Where neither is installed, the default ``--sampler auto`` uses
+``pyg_ioaware.loader.NeighborSampler``, a plain-torch uniform sampler that
+builds the same kind of mini-batch (seed nodes first, local edge_index).
 """
 from __future__ import annotations
 
@@ -30,10 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.datasets import Planetoid
+from torch_geometric.loader import NeighborLoader
 from torch_geometric.utils import scatter
 
 import pyg_ioaware
 from pyg_ioaware import ops
+from pyg_ioaware.loader import neighbor_loader, pyg_sampler_available
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA_ROOT = REPO / "data" / "Planetoid"
@@ -73,82 +75,6 @@ class Net(torch.nn.Module):
         return self.conv2(x, edge_index, num_dst=batch_size)
 
 
-# ------------------------------------------------------------------ samplers
-def pyg_loader(data: Data, args):
-    """torch_geometric's NeighborLoader, or None with a message where it
-    cannot sample here."""
-    try:
-        from torch_geometric.loader import NeighborLoader
-    except ImportError as error:
-        print(f"torch_geometric.loader.NeighborLoader cannot be imported: {error}")
-        return None
-    loader = NeighborLoader(data, num_neighbors=args.fanout, batch_size=args.batch_size,
-                            input_nodes=data.train_mask, shuffle=True)
-    try:
-        next(iter(loader))
-    except ImportError as error:
-        print(f"NeighborLoader cannot sample here: {error}.\n"
-              f"Install pyg-lib or torch-sparse (builds matching your torch) to use it, "
-              f"or run this example with --sampler torch.")
-        return None
-    return loader
-
-
-class TorchNeighborSampler:
-    """Uniform neighbor sampling without replacement in plain torch.
-
-    Yields Data(x, y, edge_index, n_id, batch_size) like NeighborLoader's
-    "directional" subgraphs: seed nodes first, then every hop's new nodes;
-    edge_index holds the sampled edges (source -> the node it was sampled
-    for) in local ids.
-    """
-
-    def __init__(self, data: Data, seeds, fanout, batch_size: int, shuffle: bool = True):
-        # CSR by destination: the sources of every node's incoming edges.
-        dst_sorted = torch.argsort(data.edge_index[1], stable=True)
-        self.col = data.edge_index[0, dst_sorted]
-        counts = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
-        self.rowptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        self.data, self.fanout, self.batch_size, self.shuffle = data, fanout, batch_size, shuffle
-        self.seeds = seeds.nonzero().view(-1) if seeds.dtype == torch.bool else seeds
-
-    def __len__(self) -> int:
-        return (self.seeds.numel() + self.batch_size - 1) // self.batch_size
-
-    def __iter__(self):
-        order = torch.randperm(self.seeds.numel()) if self.shuffle else \
-            torch.arange(self.seeds.numel())
-        for start in range(0, order.numel(), self.batch_size):
-            yield self.sample(self.seeds[order[start:start + self.batch_size]])
-
-    def sample(self, seeds):
-        num_nodes = self.data.num_nodes
-        local = torch.full((num_nodes,), -1, dtype=torch.long)
-        local[seeds] = torch.arange(seeds.numel())
-        n_id, frontier, srcs, dsts = [seeds], seeds, [], []
-        for k in self.fanout:
-            start, deg = self.rowptr[frontier], self.rowptr[frontier + 1] - self.rowptr[frontier]
-            seg = torch.repeat_interleave(torch.arange(frontier.numel()), deg)
-            pos = torch.arange(seg.numel()) - torch.repeat_interleave(deg.cumsum(0) - deg, deg)
-            # Random order within each node's edges; keep the first k.
-            order = torch.argsort(seg.double() + torch.rand(seg.numel(), dtype=torch.double))
-            seg, pos = seg[order], pos[order]
-            rank = torch.arange(seg.numel()) - torch.repeat_interleave(deg.cumsum(0) - deg, deg)
-            keep = rank < k if k >= 0 else torch.ones_like(rank, dtype=torch.bool)
-            seg, pos = seg[keep], pos[keep]
-            src = self.col[start[seg] + pos]
-            new = torch.unique(src[local[src] < 0])
-            local[new] = torch.arange(new.numel()) + sum(t.numel() for t in n_id)
-            srcs.append(local[src])
-            dsts.append(local[frontier[seg]])
-            n_id.append(new)
-            frontier = new
-        n_id = torch.cat(n_id)
-        edge_index = torch.stack([torch.cat(srcs), torch.cat(dsts)])
-        return Data(x=self.data.x[n_id], y=self.data.y[n_id], edge_index=edge_index,
-                    n_id=n_id, batch_size=seeds.numel())
-
-
 # ---------------------------------------------------------------------- main
 def check_against_pyg(batch: Data, device: torch.device) -> float:
     """Largest difference between ops.aggregate's mean and PyG's scatter mean
@@ -163,9 +89,10 @@ def check_against_pyg(batch: Data, device: torch.device) -> float:
 def main(argv=None) -> int:
     default_device = "cuda" if torch.cuda.is_available() else "cpu"
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sampler", choices=["pyg", "torch"], default="pyg",
+    parser.add_argument("--sampler", choices=["auto", "pyg", "torch"], default="auto",
                         help="pyg: torch_geometric's NeighborLoader (needs pyg-lib or "
-                             "torch-sparse); torch: a small plain-torch sampler")
+                             "torch-sparse); torch: pyg_ioaware.loader.NeighborSampler; "
+                             "auto: pyg where it can sample, else torch")
     parser.add_argument("--device", default=default_device,
                         help=f"torch device (default: {default_device})")
     parser.add_argument("--epochs", type=int, default=20)
@@ -187,14 +114,15 @@ def main(argv=None) -> int:
 
     dataset = Planetoid(str(DATA_ROOT), "Cora")
     data = dataset[0]  # sampled on the CPU; every mini-batch is moved to the device
-    if args.sampler == "pyg":
-        loader = pyg_loader(data, args)
-        if loader is None:
-            print("Skipping the NeighborLoader example (nothing failed).")
-            return 0
-    else:
-        loader = TorchNeighborSampler(data, data.train_mask, args.fanout, args.batch_size)
-    print(f"Cora: {data.num_nodes} nodes, {data.num_edges} edges; sampler {args.sampler}, "
+    if args.sampler == "pyg" and not pyg_sampler_available():
+        parser.error("--sampler pyg: torch_geometric's NeighborLoader needs pyg-lib or "
+                     "torch-sparse (a build matching your torch); use --sampler torch")
+    loader = neighbor_loader(data, args.fanout, args.batch_size, input_nodes=data.train_mask,
+                             sampler=args.sampler)
+    sampler = "torch_geometric NeighborLoader" if isinstance(loader, NeighborLoader) else \
+        "pyg_ioaware.loader.NeighborSampler (plain torch" + \
+        ("" if args.sampler == "torch" else "; pyg-lib and torch-sparse are not installed") + ")"
+    print(f"Cora: {data.num_nodes} nodes, {data.num_edges} edges; sampler {sampler}, "
           f"fanout {args.fanout}, batch size {args.batch_size}, "
           f"{int(data.train_mask.sum())} training nodes")
 

@@ -1,0 +1,67 @@
+"""The plain-torch neighbor sampler: every sampled edge is an edge of the
+graph, seed nodes come first, fanouts are respected, and the loader picks
+PyG's sampler only where it can sample."""
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from pyg_ioaware.loader import NeighborSampler, neighbor_loader, pyg_sampler_available
+
+
+def make_graph(num_nodes=200, num_edges=1500, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(num_nodes, (2, num_edges), generator=gen)
+    edge_index[1, :300] = 7  # one heavy destination
+    return Data(x=torch.randn(num_nodes, 5, generator=gen), y=torch.arange(num_nodes),
+                edge_index=edge_index, train_mask=torch.arange(num_nodes) % 3 == 0)
+
+
+def test_batches_are_subgraphs_with_seeds_first():
+    data = make_graph()
+    sampler = NeighborSampler(data, [4, 3], batch_size=16, input_nodes=data.train_mask,
+                              generator=torch.Generator().manual_seed(1))
+    edges = set(map(tuple, data.edge_index.t().tolist()))
+    in_degree = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    seen = []
+    for batch in sampler:
+        n_id, ei = batch.n_id, batch.edge_index
+        assert n_id.unique().numel() == n_id.numel()
+        assert torch.equal(batch.y, data.y[n_id]) and torch.equal(batch.x, data.x[n_id])
+        assert bool(data.train_mask[n_id[:batch.batch_size]].all())
+        assert sum(batch.num_sampled_nodes) == n_id.numel()
+        assert sum(batch.num_sampled_edges) == ei.size(1)
+        for u, v in zip(n_id[ei[0]].tolist(), n_id[ei[1]].tolist()):
+            assert (u, v) in edges
+        # Hop 1: every seed gets min(4, in-degree) edges.
+        hop1 = ei[:, :batch.num_sampled_edges[0]]
+        per_seed = torch.bincount(hop1[1], minlength=batch.batch_size)
+        assert torch.equal(per_seed, in_degree[n_id[:batch.batch_size]].clamp(max=4))
+        seen.append(n_id[:batch.batch_size])
+    assert len(seen) == len(sampler)
+    assert torch.equal(torch.cat(seen).sort().values, data.train_mask.nonzero().view(-1))
+
+
+def test_all_neighbors_and_reproducible():
+    data = make_graph(seed=2)
+    full = NeighborSampler(data, [-1], batch_size=50, shuffle=False).sample(torch.tensor([7]))
+    assert full.edge_index.size(1) == int((data.edge_index[1] == 7).sum())
+
+    def first(seed):
+        loader = neighbor_loader(data, [5, 5], 32, sampler="torch",
+                                 generator=torch.Generator().manual_seed(seed))
+        return next(iter(loader))
+    a, b = first(3), first(3)
+    assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+
+
+def test_loader_choice_and_errors():
+    data = make_graph()
+    loader = neighbor_loader(data, [2], 8)
+    assert isinstance(loader, NeighborSampler) != pyg_sampler_available()
+    if not pyg_sampler_available():
+        with pytest.raises(ImportError, match="pyg-lib or torch-sparse"):
+            neighbor_loader(data, [2], 8, sampler="pyg")
+    with pytest.raises(ValueError, match="sampler"):
+        neighbor_loader(data, [2], 8, sampler="fast")
+    with pytest.raises(ValueError, match="batch_size"):
+        NeighborSampler(data, [2], 0)
