@@ -5,7 +5,7 @@ kernels of each phase listed by total time.
     python scripts/profile_layer.py --layer GATv2Conv --graph web-like --heads 2 --channels 64
 
 Run on a GPU host from a source checkout (PYTHONPATH=src); a diagnosis tool,
-not a benchmark (BENCHMARKS.md timings come from python -m pyg_ioaware.bench).
+not a benchmark (docs/benchmark_protocol.md timings come from python -m pyg_ioaware.bench).
 """
 import argparse
 

@@ -119,7 +119,8 @@ def test_cli_runs_one_graph_and_writes_every_figure(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert printed.index("Summary:") > printed.index("MB fwd+bwd")  # summary after the table
     # The bar, then the kernels' bandwidth table close the output.
-    assert printed.index("Aggregation kernels alone") > printed.index("The bar (BENCHMARKS.md)")
+    assert (printed.index("Aggregation kernels alone")
+            > printed.index("The bar (docs/benchmark_protocol.md)"))
     assert printed.rstrip().splitlines()[-1].startswith("arxiv-like")
     pytest.importorskip("matplotlib")
     assert (out / "results.png").stat().st_size > 0

@@ -1,4 +1,4 @@
-"""Benchmark suite of BENCHMARKS.md: ``python -m pyg_ioaware.bench --help``.
+"""Benchmark suite of docs/benchmark_protocol.md: ``python -m pyg_ioaware.bench --help``.
 
 graphs: the synthetic graph suite; cases: what is timed against what (one
 module per kernel family); minibatch: the mini-batch cases (sampled

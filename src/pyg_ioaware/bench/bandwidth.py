@@ -1,4 +1,4 @@
-"""Effective bandwidth of the aggregation kernels alone (BENCHMARKS.md).
+"""Effective bandwidth of the aggregation kernels alone (docs/benchmark_protocol.md).
 
 Each family brings its kernels and their bytes model (for SpMM, the minimal
 model of cases.spmm: gathered neighbour rows once per edge, output rows

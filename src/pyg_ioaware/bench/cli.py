@@ -1,4 +1,4 @@
-"""``python -m pyg_ioaware.bench``: run the suite of BENCHMARKS.md.
+"""``python -m pyg_ioaware.bench``: run the suite of docs/benchmark_protocol.md.
 
 For every graph: generate it, time the Graph build once, then for every case
 and precision time ours and each baseline in the same process. Then, for
@@ -45,7 +45,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m pyg_ioaware.bench",
         description="Time pyg_ioaware layers against PyG and torch.sparse on the "
-                    "synthetic graph suite (see BENCHMARKS.md). Without a GPU a "
+                    "synthetic graph suite of the benchmark protocol (docs/benchmark_protocol.md, "
+                    "the documentation's 'Benchmark protocol' page). Without a GPU a "
                     "CPU-sized suite runs (scaled-down quick graphs, fewer iterations) "
                     "unless sizes are given explicitly.")
     p.add_argument("--graphs", default=None,

@@ -1,4 +1,4 @@
-"""The synthetic graph suite of BENCHMARKS.md.
+"""The synthetic graph suite of docs/benchmark_protocol.md.
 
 Every graph is generated with torch on the target device from a fixed seed:
 R-MAT (drawn level by level, vectorized over all edges), a 2-D grid with

@@ -1,4 +1,4 @@
-"""Mini-batch cases of BENCHMARKS.md: a new graph every training step.
+"""Mini-batch cases of docs/benchmark_protocol.md: a new graph every training step.
 
 A loader on a large graph hands the model a new, small ``edge_index`` every
 step, so everything a layer does per graph (Graph build, tuning, host

@@ -152,7 +152,7 @@ def check_bars(rows: Sequence[Row], cases: Sequence[Case],
                minibatch_rows: Sequence[Row] = (),
                minibatch_cases: Sequence[MinibatchCase] = (),
                kernel_rows: Sequence[Row] = (), scale: float = 1.0) -> List[Row]:
-    """Every bar of BENCHMARKS.md that applies to the cases run: one entry per
+    """Every bar of docs/benchmark_protocol.md that applies to the cases run: one entry per
     check, with status "met", "NOT met" or "n/a" (no data to decide) and
     ``better``: "higher" (value >= bar) or "lower" (value <= bar).
 
@@ -363,7 +363,7 @@ def format_summary(summary: Sequence[Row], checks: Sequence[Row],
                   _fmt(c["new_over_same_graph"], "x")] for c in minibatch]
         text += ["", "Mini-batch training step: PyG / ours, ours new graph / same graph",
                  _table(["batch", "case", "dtype", "pyg / ours", "new / same graph"], lines)]
-    text += ["", "The bar (BENCHMARKS.md):"]
+    text += ["", "The bar (docs/benchmark_protocol.md):"]
     for c in checks:
         value = _check_value(c)
         detail = f"  ({c['detail']})" if c["detail"] else ""

@@ -30,7 +30,7 @@ from ..bandwidth import Kernel
 OURS = "ours"
 
 # Under bf16 autocast a case is at least this much faster than our own fp32
-# (BENCHMARKS.md; a family opts in through Case.bf16_over_fp32).
+# (docs/benchmark_protocol.md; a family opts in through Case.bf16_over_fp32).
 BF16_OVER_FP32 = 1.6
 
 
@@ -99,7 +99,7 @@ class Bar:
 @dataclass(frozen=True)
 class AbsoluteBar:
     """Our own layer on one named suite graph: median forward and backward
-    ms at most ``fwd_ms`` / ``bwd_ms`` (BENCHMARKS.md's absolute bars, set
+    ms at most ``fwd_ms`` / ``bwd_ms`` (the absolute bars of docs/benchmark_protocol.md, set
     for an H200 at protocol size: the check is n/a on scaled graphs).
     ``kernels``: (forward, backward) kernel row names (bench.bandwidth) where
     the bar is on the case's kernels alone rather than on its layer."""

@@ -2,7 +2,7 @@
 attention kernels alone for the bandwidth table, and GATv2Conv in the
 mini-batch cases.
 
-Layer cases (BENCHMARKS.md; features [N, H*D] require grad, a layer in the
+Layer cases (docs/benchmark_protocol.md; features [N, H*D] require grad, a layer in the
 middle of a network):
 
 - ``gatv2-2x64``, ``gatv2-8x128``: ours is
@@ -284,7 +284,7 @@ def _gatv2_kernels(heads: int, channels: int) -> Callable[[Workload], List[Kerne
     return make
 
 
-# BENCHMARKS.md's absolute bars of the (2, 64) layer (H200, fp32).
+# the absolute bars of docs/benchmark_protocol.md of the (2, 64) layer (H200, fp32).
 ABSOLUTE_2X64 = (AbsoluteBar("arxiv-like", 0.85, 2.3), AbsoluteBar("pokec-like", 9.5, 28.0),
                  AbsoluteBar("web-like", 9.2, 25.0))
 # The attention forward kernels: at least 60% of copy bandwidth on pokec-like.

@@ -10,7 +10,7 @@ Layer cases (features require grad, a layer in the middle of a network):
   ``aggr(x, edge_index)``; the baseline "pyg" is PyG's
   ``torch_geometric.nn.aggr.MinAggregation`` / ``MaxAggregation`` over the
   gathered messages, ``aggr(x[src], dst, dim_size=N)`` (what PyG's
-  MessagePassing does with aggr="min"). Bar (BENCHMARKS.md) on min512 in
+  MessagePassing does with aggr="min"). Bar (docs/benchmark_protocol.md) on min512 in
   fp32 against "pyg": forward >= 5x, backward >= 40x faster, fwd+bwd peak
   memory >= 20x smaller; every one of the four at least 1.6x faster under
   bf16 autocast than our own fp32.

@@ -3,7 +3,7 @@ and GCNConv (with its defaults and without self loops) in the mini-batch
 cases.
 
 Also the family's bytes model for the aggregation kernels alone and its
-bars (BENCHMARKS.md): GCNConv's fp32 layer time is dominated by the X W
+bars (docs/benchmark_protocol.md): GCNConv's fp32 layer time is dominated by the X W
 product, so besides a geomean bar against PyG at D=512 it must be no slower
 than Linear + torch.sparse.mm on any graph in any precision.
 """

@@ -2,7 +2,7 @@
 the graph-transformer attention kernels alone for the bandwidth table, and
 TransformerConv in the mini-batch cases.
 
-Layer cases (BENCHMARKS.md; features [N, H*D] require grad):
+Layer cases (docs/benchmark_protocol.md; features [N, H*D] require grad):
 
 - ``transformer-4x128``, ``transformer-2x128``: ours is
   ``pyg_ioaware.nn.TransformerConv(H*D, D, heads=H, root_weight=False)``,
@@ -176,7 +176,8 @@ def _transformer_kernels(heads: int, channels: int) -> Callable[[Workload], List
     return make
 
 
-# BENCHMARKS.md's absolute bars of the (4, 128) attention kernels alone (H200, fp32).
+# The absolute bars of docs/benchmark_protocol.md for the (4, 128) attention kernels
+# alone (H200, fp32).
 ABSOLUTE_4X128 = tuple(AbsoluteBar(graph, fwd, bwd, kernels=(FWD_KERNEL, BWD_KERNEL))
                        for graph, fwd, bwd in (("arxiv-like", 1.75, 3.45),
                                                ("pokec-like", 27.6, 79.0)))
