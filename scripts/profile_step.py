@@ -1,0 +1,79 @@
+"""Where a mini-batch training step's host time goes: cProfile over steps of
+the 2-layer model of the bench's mini-batch cases, a new edge_index every
+step, for our layers and PyG's, with the step's wall time and CUDA kernel
+count.
+
+    python scripts/profile_step.py --cases gcn,sage-mean,gatv2,transformer --size small
+
+Run on a GPU host from a source checkout (PYTHONPATH=src); a diagnosis tool,
+not a benchmark (step timings against PyG come from python -m pyg_ioaware.bench).
+"""
+import argparse
+import cProfile
+import io
+import pstats
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from pyg_ioaware.bench.cases import MINIBATCH_CASES, select
+from pyg_ioaware.bench.minibatch import SIZES, LEARNING_RATE, TwoLayer, generate_batches, \
+    train_step
+
+
+def run_steps(model, optimizer, batches, steps, precision):
+    for i in range(steps):
+        batch = batches[i % len(batches)]
+        train_step(model, optimizer, batch, batch.edge_index.clone(), precision)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="gcn,sage-mean,gatv2,transformer")
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rows", type=int, default=25, help="functions listed per profile")
+    args = parser.parse_args()
+
+    size = SIZES[args.size]
+    batches = generate_batches(size, device="cuda")
+    for case in select(args.cases, MINIBATCH_CASES):
+        for impl, make in (("ours", case.make_ours), ("pyg", case.make_pyg)):
+            torch.manual_seed(0)
+            model = TwoLayer(make, size.channels).cuda()
+            optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+            run_steps(model, optimizer, batches, 2 * len(batches), args.precision)
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            run_steps(model, optimizer, batches, args.steps, args.precision)
+            torch.cuda.synchronize()
+            wall_ms = (time.perf_counter() - start) * 1e3 / args.steps
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                run_steps(model, optimizer, batches, len(batches), args.precision)
+                torch.cuda.synchronize()
+            kernels = sum(e.count for e in prof.key_averages()
+                          if e.device_type == torch.autograd.DeviceType.CUDA)
+            gpu_ms = sum(e.self_device_time_total for e in prof.key_averages()
+                         if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3
+            print(f"\n=== {case.name} {impl} {args.size} {args.precision}: "
+                  f"{wall_ms:.2f} ms/step wall, {gpu_ms / len(batches):.2f} ms/step GPU busy, "
+                  f"{kernels / len(batches):.0f} CUDA ops/step")
+            if impl != "ours":
+                continue
+            profiler = cProfile.Profile()
+            profiler.enable()
+            run_steps(model, optimizer, batches, args.steps, args.precision)
+            torch.cuda.synchronize()
+            profiler.disable()
+            for key in ("tottime", "cumulative"):
+                text = io.StringIO()
+                stats = pstats.Stats(profiler, stream=text).sort_stats(key)
+                stats.print_stats(args.rows)
+                print(f"--- by {key} (all {args.steps} steps)")
+                print("\n".join(line for line in text.getvalue().splitlines()[6:] if line))
+
+
+if __name__ == "__main__":
+    main()
