@@ -36,6 +36,7 @@ IMPLS = ("ours", "pyg")
 TASK_SHAPE = {"products-like": (100, 47)}
 DEFAULT_TASK_SHAPE = (128, 40)
 SPLIT = (0.10, 0.05, 0.05)  # train, validation, test shares of the nodes
+LABEL_CHUNK = 1 << 22  # edges gathered at a time by planted_labels
 
 
 # ---------------------------------------------------------------- the data
@@ -45,7 +46,10 @@ def planted_labels(x: Tensor, edge_index: Tensor, num_classes: int,
     projection of ``x_i + mean of x_j over edges j -> i``."""
     num_nodes = x.size(0)
     src, dst = edge_index
-    neighbour_sum = torch.zeros_like(x).index_add_(0, dst, x[src])
+    neighbour_sum = torch.zeros_like(x)
+    for start in range(0, src.numel(), LABEL_CHUNK):  # no [E, F] tensor on big graphs
+        chunk = slice(start, start + LABEL_CHUNK)
+        neighbour_sum.index_add_(0, dst[chunk], x[src[chunk]])
     in_degree = torch.bincount(dst, minlength=num_nodes).clamp(min=1).unsqueeze(1)
     projection = torch.randn(x.size(1), num_classes, generator=gen, device=x.device)
     return ((x + neighbour_sum / in_degree) @ projection).argmax(dim=1)

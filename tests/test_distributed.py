@@ -173,3 +173,17 @@ def test_example_under_torchrun(tmp_path):
                     str(EXAMPLES / "distributed_sage.py"), "--json", str(out)] + EXAMPLE_ARGS,
                    check=True, timeout=TIMEOUT_S)
     check_example_output(out, 2)
+
+
+def test_scaling_table():
+    import distributed_scaling
+    records = [{"layer": "sage", "precision": "fp32", "impl": impl, "world_size": w,
+                "status": "ok", "seeds_per_s": rate, "epoch_s": 100 / rate, "val_acc": 0.5}
+               for impl, w, rate in [("ours", 1, 100.0), ("ours", 2, 180.0),
+                                     ("pyg", 1, 50.0), ("pyg", 2, 90.0)]]
+    records.append({"layer": "sage", "precision": "bf16", "impl": "pyg", "world_size": 2,
+                    "status": "exit status 3"})
+    rows = distributed_scaling.table(records).splitlines()
+    assert rows[3].startswith("| sage | fp32 | ours | 2 | 180 | 0.56 | 1.80x | 2.00x | 0.500 |")
+    assert rows[4].startswith("| sage | fp32 | pyg | 1 | 50 | 2.00 | 1.00x |  |")
+    assert "exit status 3" in rows[6]
