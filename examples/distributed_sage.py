@@ -76,9 +76,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "auto: pyg where it can sample, else torch")
     parser.add_argument("--sample-on", choices=["device", "cpu"], default="device",
                         help="where pyg_ioaware's NeighborSampler runs on a GPU rank")
-    parser.add_argument("--prefetch", type=int, default=4,
+    parser.add_argument("--prefetch", type=int, default=None,
                         help="CPU sampling: batches sampled ahead in a background thread "
-                             "(0: sample in the training loop)")
+                             "(0: sample in the training loop). Default: 4 with --device "
+                             "cuda, 0 with --device cpu, where the thread competes with "
+                             "training for the cores and is slower")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="validation and test nodes evaluated (each) on rank 0; 0: none")
     parser.add_argument("--cpu-threads", type=int, default=0,
@@ -88,6 +90,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.device == "cuda" and not has_cuda:
         parser.error("--device cuda: torch sees no CUDA device")
+    if args.prefetch is None:
+        args.prefetch = 4 if args.device == "cuda" else 0
     return args
 
 

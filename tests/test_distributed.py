@@ -3,7 +3,7 @@ examples/distributed_sage.py runs): two processes, each training on its own
 mini-batch, end every step with the gradient one process gets from the mean
 loss over both batches (equal batch sizes), for sage, gcn and gatv2; gloo on
 the CPU, NCCL on two GPUs. Also the example end to end, spawned and under
-torchrun. A hung process group fails the test after a timeout."""
+torchrun (with batches prefetched in a thread), and the scaling table. A hung process group fails the test after a timeout."""
 import json
 import os
 import pathlib
@@ -170,7 +170,8 @@ def test_example_under_torchrun(tmp_path):
     out = tmp_path / "torchrun.json"
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                     "--master-port", str(common.free_port()),
-                    str(EXAMPLES / "distributed_sage.py"), "--json", str(out)] + EXAMPLE_ARGS,
+                    str(EXAMPLES / "distributed_sage.py"), "--prefetch", "2",
+                    "--json", str(out)] + EXAMPLE_ARGS,
                    check=True, timeout=TIMEOUT_S)
     check_example_output(out, 2)
 
