@@ -240,34 +240,26 @@ def structure_only(data: Data) -> Data:
 
 def make_sampler(data: Data, seeds: Tensor, fanout: Sequence[int], batch_size: int,
                  sampler: str = "auto", sample_device=None, shuffle: bool = True,
-                 seed: int = 0):
+                 seed: int = 0) -> "BatchesOf":
     """A loader over ``seeds`` yielding :class:`Batch` objects.
 
     ``sampler``: as :func:`pyg_ioaware.loader.neighbor_loader` (``auto``:
     torch_geometric's NeighborLoader where pyg-lib or torch-sparse is
-    installed, else pyg_ioaware's NeighborSampler). ``sample_device``: a
-    CUDA device runs NeighborSampler there (see :class:`DeviceSampling`);
-    None or the CPU samples on the CPU.
+    installed and sampling runs on the CPU, else pyg_ioaware's
+    NeighborSampler). ``sample_device``: where NeighborSampler samples (a
+    CUDA device keeps its CSR there; None: the CPU).
     """
-    on_device = sample_device is not None and torch.device(sample_device).type != "cpu"
-    if on_device and sampler == "pyg":
-        raise ValueError("torch_geometric's NeighborLoader samples on the CPU; "
-                         "use sampler='torch' to sample on the device")
-    gen = torch.Generator(device=sample_device if on_device else "cpu").manual_seed(seed)
-    loader = neighbor_loader(structure_only(data), fanout, batch_size, input_nodes=seeds.cpu(),
-                             shuffle=shuffle, sampler="torch" if on_device else sampler,
-                             generator=gen)
-    if on_device:
-        return DeviceSampling(loader, torch.device(sample_device))
-    return BatchesOf(loader)
+    device = torch.device("cpu" if sample_device is None else sample_device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return BatchesOf(neighbor_loader(structure_only(data), fanout, batch_size,
+                                     input_nodes=seeds, shuffle=shuffle, sampler=sampler,
+                                     generator=gen, device=device))
 
 
-def sampler_name(loader) -> str:
+def sampler_name(loader: "BatchesOf") -> str:
     """Which sampler a :func:`make_sampler` loader runs, and where."""
-    if isinstance(loader, DeviceSampling):
-        return f"pyg_ioaware.loader.NeighborSampler on {loader.device}"
     if isinstance(loader.loader, NeighborSampler):
-        return "pyg_ioaware.loader.NeighborSampler on the CPU"
+        return f"pyg_ioaware.loader.NeighborSampler on {loader.loader.device}"
     return "torch_geometric NeighborLoader (on the CPU)"
 
 
@@ -282,33 +274,6 @@ class BatchesOf:
 
     def __iter__(self) -> Iterator[Batch]:
         return (Batch.of(sampled) for sampled in self.loader)
-
-
-class DeviceSampling(BatchesOf):
-    """pyg_ioaware's NeighborSampler run on a CUDA device.
-
-    Workaround: NeighborSampler keeps its CSR on the CPU and creates its
-    tensors without a device. Moving its CSR and seeds to ``device`` and
-    running every step under ``torch.device(device)`` (the default device
-    of factory calls) makes all its work run there; its generator must be
-    a generator of ``device``.
-    """
-
-    def __init__(self, loader: NeighborSampler, device: torch.device):
-        super().__init__(loader)
-        self.device = device
-        loader.sources = loader.sources.to(device)
-        loader.rowptr = loader.rowptr.to(device)
-        loader.input_nodes = loader.input_nodes.to(device)
-
-    def __iter__(self) -> Iterator[Batch]:
-        batches = iter(self.loader)
-        while True:
-            with torch.device(self.device):
-                sampled = next(batches, None)
-            if sampled is None:
-                return
-            yield Batch.of(sampled)
 
 
 class Prefetcher:

@@ -65,3 +65,39 @@ def test_loader_choice_and_errors():
         neighbor_loader(data, [2], 8, sampler="fast")
     with pytest.raises(ValueError, match="batch_size"):
         NeighborSampler(data, [2], 0)
+
+
+def test_with_input_nodes_shares_the_csr():
+    data = make_graph(seed=4)
+    sampler = NeighborSampler(data, [3], batch_size=10)
+    other = sampler.with_input_nodes(torch.tensor([5, 6, 7]), shuffle=False)
+    assert other.sources is sampler.sources and other.rowptr is sampler.rowptr
+    assert torch.equal(next(iter(other)).n_id[:3], torch.tensor([5, 6, 7]))
+    assert sampler.input_nodes.numel() == data.num_nodes and sampler.shuffle
+
+
+@pytest.mark.cuda
+def test_samples_on_the_gpu_like_on_the_cpu():
+    """The same seeds and all neighbours (no randomness) give the same batch
+    on the GPU as on the CPU; random fanouts stay within the graph."""
+    data = make_graph(seed=5)
+    seeds = torch.tensor([7, 3, 11])
+    cpu = NeighborSampler(data, [-1, -1], 4).sample(seeds)
+    gpu = NeighborSampler(data, [-1, -1], 4, device="cuda").sample(seeds)
+    assert gpu.edge_index.is_cuda and gpu.x.device == data.x.device
+    assert torch.equal(cpu.n_id, gpu.n_id.cpu())
+    assert torch.equal(cpu.edge_index, gpu.edge_index.cpu())
+    loader = neighbor_loader(data, [4, 2], 16, device="cuda",
+                             generator=torch.Generator("cuda").manual_seed(0))
+    edges = set(map(tuple, data.edge_index.t().tolist()))
+    for batch in loader:
+        n_id = batch.n_id.cpu()
+        ei = batch.edge_index.cpu()
+        assert all((u, v) in edges for u, v in zip(n_id[ei[0]].tolist(), n_id[ei[1]].tolist()))
+    with pytest.raises(ValueError, match="generator"):
+        NeighborSampler(data, [2], 4, device="cuda", generator=torch.Generator())
+
+
+def test_pyg_sampler_is_cpu_only():
+    with pytest.raises(ValueError, match="samples on the CPU"):
+        neighbor_loader(make_graph(), [2], 8, sampler="pyg", device="cuda")

@@ -9,11 +9,13 @@ seed nodes, then every hop's new nodes, with the sampled edges
 and ``num_sampled_nodes`` / ``num_sampled_edges`` per hop.
 
 The fallback is for machines without those libraries (CPU CI, a fresh GPU
-host); it runs on the CPU and is slower than pyg-lib's sampler on large
-graphs.
+host). On the CPU it is slower than pyg-lib's sampler on large graphs; with
+``device="cuda"`` it keeps its CSR on the GPU and samples there (node
+attributes are gathered wherever they live).
 """
 from __future__ import annotations
 
+import copy
 from typing import Iterator, Optional, Sequence
 
 import torch
@@ -32,7 +34,8 @@ def pyg_sampler_available() -> bool:
 
 def neighbor_loader(data: Data, num_neighbors: Sequence[int], batch_size: int,
                     input_nodes: Optional[Tensor] = None, shuffle: bool = True,
-                    sampler: str = "auto", generator: Optional[torch.Generator] = None):
+                    sampler: str = "auto", generator: Optional[torch.Generator] = None,
+                    device: Optional[torch.device] = None):
     """A mini-batch loader over ``data``: PyG's ``NeighborLoader`` or
     :class:`NeighborSampler`.
 
@@ -47,11 +50,17 @@ def neighbor_loader(data: Data, num_neighbors: Sequence[int], batch_size: int,
         sampler: ``"auto"`` (PyG's where it can sample, else ours),
             ``"pyg"`` or ``"torch"``.
         generator: random numbers of :class:`NeighborSampler` (PyG's loader
-            uses the global generator).
+            uses the global generator); a generator of ``device``.
+        device: where :class:`NeighborSampler` samples (default: the CPU);
+            PyG's loader samples on the CPU only.
     """
     if sampler not in ("auto", "pyg", "torch"):
         raise ValueError(f"sampler must be 'auto', 'pyg' or 'torch', got {sampler!r}")
-    use_pyg = sampler == "pyg" or (sampler == "auto" and pyg_sampler_available())
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    if sampler == "pyg" and not on_cpu:
+        raise ValueError(f"torch_geometric's NeighborLoader samples on the CPU, not on {device}; "
+                         f"use sampler='torch' to sample there")
+    use_pyg = sampler == "pyg" or (sampler == "auto" and on_cpu and pyg_sampler_available())
     if use_pyg:
         if not pyg_sampler_available():
             raise ImportError("torch_geometric's NeighborLoader needs pyg-lib or torch-sparse; "
@@ -59,7 +68,8 @@ def neighbor_loader(data: Data, num_neighbors: Sequence[int], batch_size: int,
         from torch_geometric.loader import NeighborLoader
         return NeighborLoader(data, num_neighbors=list(num_neighbors), batch_size=batch_size,
                               input_nodes=input_nodes, shuffle=shuffle)
-    return NeighborSampler(data, num_neighbors, batch_size, input_nodes, shuffle, generator)
+    return NeighborSampler(data, num_neighbors, batch_size, input_nodes, shuffle, generator,
+                           device)
 
 
 class NeighborSampler:
@@ -69,17 +79,23 @@ class NeighborSampler:
     deg_in(v))`` of its incoming edges ``u -> v`` uniformly at random; the
     sources not yet in the mini-batch form the next frontier. Iterating
     yields one ``Data`` per ``batch_size`` seed nodes (see the module
-    docstring for its layout).
+    docstring for its layout). The CSR lives on ``device`` (default: the
+    CPU), where all sampling runs; ``generator`` must be one of ``device``.
     """
 
     def __init__(self, data: Data, num_neighbors: Sequence[int], batch_size: int,
                  input_nodes: Optional[Tensor] = None, shuffle: bool = True,
-                 generator: Optional[torch.Generator] = None):
+                 generator: Optional[torch.Generator] = None,
+                 device: Optional[torch.device] = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if any(k < -1 for k in num_neighbors):
             raise ValueError(f"num_neighbors must be >= -1 per hop, got {list(num_neighbors)}")
-        edge_index = data.edge_index.cpu()
+        self.device = torch.device("cpu") if device is None else torch.device(device)
+        if generator is not None and generator.device.type != self.device.type:
+            raise ValueError(f"NeighborSampler: the generator is on {generator.device}, "
+                             f"sampling runs on {self.device}")
+        edge_index = data.edge_index.to(self.device)
         num_nodes = data.num_nodes
         # CSR by destination: the sources of every node's incoming edges.
         by_destination = torch.argsort(edge_index[1], stable=True)
@@ -89,33 +105,48 @@ class NeighborSampler:
         self.data, self.num_nodes = data, num_nodes
         self.num_neighbors, self.batch_size = list(num_neighbors), batch_size
         self.shuffle, self.generator = shuffle, generator
+        self.input_nodes = self._seed_ids(input_nodes)
+
+    def with_input_nodes(self, input_nodes: Optional[Tensor],
+                         shuffle: Optional[bool] = None) -> "NeighborSampler":
+        """A sampler sharing this one's CSR over other seed nodes (no new
+        sort), e.g. the validation nodes."""
+        other = copy.copy(self)
+        other.input_nodes = self._seed_ids(input_nodes)
+        if shuffle is not None:
+            other.shuffle = shuffle
+        return other
+
+    def _seed_ids(self, input_nodes: Optional[Tensor]) -> Tensor:
         if input_nodes is None:
-            input_nodes = torch.arange(num_nodes)
-        elif input_nodes.dtype == torch.bool:
-            input_nodes = input_nodes.cpu().nonzero().view(-1)
-        self.input_nodes = input_nodes.cpu().long()
+            return torch.arange(self.num_nodes, device=self.device)
+        input_nodes = input_nodes.to(self.device)
+        if input_nodes.dtype == torch.bool:
+            return input_nodes.nonzero().view(-1)
+        return input_nodes.long()
 
     def __len__(self) -> int:
         return (self.input_nodes.numel() + self.batch_size - 1) // self.batch_size
 
     def __iter__(self) -> Iterator[Data]:
         count = self.input_nodes.numel()
-        order = torch.randperm(count, generator=self.generator) if self.shuffle \
-            else torch.arange(count)
+        order = torch.randperm(count, generator=self.generator, device=self.device) \
+            if self.shuffle else torch.arange(count, device=self.device)
         for start in range(0, count, self.batch_size):
             yield self.sample(self.input_nodes[order[start:start + self.batch_size]])
 
     def sample(self, seeds: Tensor) -> Data:
         """The mini-batch of the (distinct) node ids ``seeds``."""
-        local = torch.full((self.num_nodes,), -1, dtype=torch.long)
-        local[seeds] = torch.arange(seeds.numel())
+        seeds = seeds.to(self.device)
+        local = torch.full((self.num_nodes,), -1, dtype=torch.long, device=self.device)
+        local[seeds] = torch.arange(seeds.numel(), device=self.device)
         n_id, frontier, sources, destinations = [seeds], seeds, [], []
         num_sampled_edges, num_known = [], seeds.numel()
         for k in self.num_neighbors:
             edge, owner = self._sample_hop(frontier, k)
             source = self.sources[edge]
             new = torch.unique(source[local[source] < 0])
-            local[new] = torch.arange(new.numel()) + num_known
+            local[new] = torch.arange(new.numel(), device=self.device) + num_known
             num_known += new.numel()
             sources.append(local[source])
             destinations.append(local[frontier[owner]])
@@ -138,15 +169,15 @@ class NeighborSampler:
         node each was sampled for): up to ``k`` incoming edges per node."""
         start = self.rowptr[frontier]
         degree = self.rowptr[frontier + 1] - start
-        owner = torch.repeat_interleave(torch.arange(frontier.numel()), degree)
+        owner = torch.repeat_interleave(torch.arange(frontier.numel(), device=self.device), degree)
         first_of_owner = torch.repeat_interleave(degree.cumsum(0) - degree, degree)
-        offset = torch.arange(owner.numel()) - first_of_owner
+        offset = torch.arange(owner.numel(), device=self.device) - first_of_owner
         if k >= 0:
             # A random order within each node's edges; keep the first k.
             keys = owner.double() + torch.rand(owner.numel(), dtype=torch.double,
-                                               generator=self.generator)
+                                               generator=self.generator, device=self.device)
             order = torch.argsort(keys)
             owner, offset = owner[order], offset[order]
-            keep = torch.arange(owner.numel()) - first_of_owner < k
+            keep = torch.arange(owner.numel(), device=self.device) - first_of_owner < k
             owner, offset = owner[keep], offset[keep]
         return start[owner] + offset, owner
