@@ -87,8 +87,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.set_device(device)
+    if cuda:  # "cuda" names the current device: made explicit for the memory counters
         device = torch.device("cuda", torch.cuda.current_device())
     start = time.perf_counter()
     data = common.load_dataset(args.graph, args.scale, device, args.seed)
