@@ -96,7 +96,40 @@ class GraphState:
 class Graph:
     """A graph in CSR form by destination; CSR^T and other views on demand.
 
-    Build with :meth:`from_input` (cached) or :meth:`from_edge_index`.
+    Every layer and op turns its adjacency input into a Graph; build one
+    yourself with :meth:`from_input` (cached: the same unchanged
+    ``edge_index`` tensor gives the same Graph) or :meth:`from_edge_index`
+    (no cache), and pass it to layers and ops in place of ``edge_index`` to
+    skip even the cache lookup (and for torch.compile without graph breaks).
+
+    Building one costs one host synchronisation (the index-range check) and
+    at most one stable sort by destination (none when the edges come
+    grouped by destination, as PyG's samplers emit them). Everything else
+    (the CSR^T, the graph with self loops, normalized edge values, native
+    kernel plans) is derived the first time something needs it and kept in
+    :attr:`state` for as long as the Graph lives.
+
+    Attributes:
+        rowptr (Tensor): [num_dst + 1] CSR row pointers (rows = destinations).
+        col (Tensor): [E] source of every CSR entry.
+        row (Tensor): [E] destination of every CSR entry.
+        num_src (int): number of source nodes.
+        num_dst (int): number of destination nodes (``== num_src`` for a
+            square graph).
+        edge_perm (Tensor or None): CSR position -> input edge id (None: the
+            input was already grouped by destination).
+        input_values (Tensor or None): a sparse input's values, in input
+            edge order.
+        state (pyg_ioaware.graph.GraphState): the lazily derived state.
+
+    Index tensors are int32 while node and edge counts fit, else int64.
+
+    Example::
+
+        graph = Graph.from_input(edge_index, num_nodes=x.size(0))
+        out = conv(x, graph)              # any pyg_ioaware layer or op
+        graph.transpose                   # CSR^T, built once
+        print(graph.nbytes)               # memory held, derived state included
     """
 
     def __init__(self, *, rowptr: Tensor, col: Tensor, row: Tensor, num_src: int, num_dst: int,
@@ -140,7 +173,7 @@ class Graph:
 
     @property
     def transpose(self) -> Transpose:
-        """The CSR^T by source (built on first use: one stable sort)."""
+        """CSR^T by source, built on first use (one stable sort) and kept."""
         if self.state.transpose is None:
             self.state.transpose = self._build_transpose()
         return self.state.transpose
@@ -211,8 +244,28 @@ class Graph:
 
     @classmethod
     def from_input(cls, adj: Any, num_nodes: NumNodes = None) -> "Graph":
-        """The Graph of ``adj`` (edge_index, EdgeIndex, torch.sparse tensor,
-        SparseTensor or Graph), from the cache when ``adj`` was seen before."""
+        """The Graph of ``adj``, from the cache when ``adj`` was seen before.
+
+        Args:
+            adj: ``edge_index`` [2, E] (int32 or int64; row 0 = source),
+                ``torch_geometric.EdgeIndex``, a torch.sparse COO or CSR
+                adjacency or a ``torch_sparse.SparseTensor`` (PyG's ``adj_t``
+                convention: rows are destinations; values become edge
+                weights), or a Graph (returned as it is).
+            num_nodes: an int (square graph), ``(num_src, num_dst)``
+                (bipartite), or None (inferred: an EdgeIndex's or sparse
+                tensor's size, else ``edge_index.max() + 1``).
+
+        The cache is keyed by the tensor's identity, its version counter
+        and the node counts, and holds tensors weakly: an in-place change
+        of ``edge_index`` gives a new Graph, and a Graph goes when its
+        ``edge_index`` is freed.
+
+        Raises:
+            ValueError: an index out of range or negative, a wrong shape, a
+                sparse size that disagrees with ``num_nodes``.
+            TypeError: an index tensor that is not int32 or int64.
+        """
         if isinstance(adj, Graph):
             _check_graph_nodes(adj, num_nodes)
             return adj
@@ -424,7 +477,11 @@ def _cached_graph(adj: Any, num_nodes: NumNodes, build: Callable[[Any, NumNodes]
 
 
 def clear_graph_cache() -> None:
-    """Drops every cached Graph."""
+    """Drops every cached Graph (and the native state built on it) at once.
+
+    Cached Graphs go by themselves when their ``edge_index`` is freed; this
+    frees the memory of those whose tensors are still alive. The next call
+    on such a tensor builds its Graph again."""
     _GRAPH_CACHE.clear()
 
 

@@ -68,14 +68,51 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
     ``edge_dim``, a bipartite input without destination features,
     EdgeIndex with ``return_attention_weights``, and TorchScript.
 
-    Args: as :class:`torch_geometric.nn.GATv2Conv` (``in_channels``,
-    ``out_channels``, ``heads``, ``concat``, ``negative_slope``,
-    ``dropout``, ``add_self_loops``, ``edge_dim``, ``fill_value``, ``bias``,
-    ``share_weights``, ``residual``, MessagePassing's ``**kwargs``).
-
-    The attribute ``hub_quantile`` (default 0.99): destinations with
+    The class attribute ``hub_quantile`` (default 0.99): destinations with
     in-degree above that quantile (and above 256) are split over all SMs
     on CUDA.
+
+    Args:
+        in_channels (int or tuple): Size of each input sample, -1 to infer
+            it lazily, or a (source, destination) pair for bipartite graphs.
+        out_channels (int): Size of each output sample per head.
+        heads (int, optional): Number of attention heads. (default: ``1``)
+        concat (bool, optional): Concatenate the heads' outputs
+            (``heads * out_channels``) rather than averaging them.
+            (default: ``True``)
+        negative_slope (float, optional): LeakyReLU slope. (default: ``0.2``)
+        dropout (float, optional): Dropout probability of the attention
+            coefficients (training only). (default: ``0.0``)
+        add_self_loops (bool, optional): Add self loops (PyG's
+            remove-then-add). (default: ``True``)
+        edge_dim (int, optional): Edge feature dimensionality.
+            (default: ``None``)
+        fill_value (float, Tensor or str, optional): Edge features of the
+            added self loops (``"mean"``, ``"add"``, ... as PyG).
+            (default: ``"mean"``)
+        bias (bool, optional): Learn an additive bias. (default: ``True``)
+        share_weights (bool, optional): One weight matrix for sources and
+            destinations. (default: ``False``)
+        residual (bool, optional): Add a residual connection.
+            (default: ``False``)
+        **kwargs: :class:`MessagePassing` arguments.
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, F_{in})` or
+          :math:`((|\mathcal{V}_s|, F_s), (|\mathcal{V}_t|, F_t))`, edge
+          indices :math:`(2, |\mathcal{E}|)` (or EdgeIndex, a
+          :class:`pyg_ioaware.Graph`), edge features
+          :math:`(|\mathcal{E}|, D)` *(optional)*
+        - **output:** node features :math:`(|\mathcal{V}_t|, H * F_{out})`
+          (:math:`(|\mathcal{V}_t|, F_{out})` without ``concat``), or
+          with ``return_attention_weights=True`` also the edge indices with
+          self loops :math:`(2, |\mathcal{E}|)` and the coefficients
+          :math:`(|\mathcal{E}|, H)`
+
+    Dtypes:
+        Node and edge features float32, float64, float16 or bfloat16
+        (``torch.autocast`` included; the kernels accumulate in float32 and
+        keep the log-sum-exp in float32); edge indices int32 or int64.
     """
     hub_quantile = DEFAULT_HUB_QUANTILE
 

@@ -76,20 +76,47 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
     destination features, lazy ``in_channels=-1`` before the first call,
     and TorchScript.
 
-    Args: as :class:`torch_geometric.nn.TransformerConv` (``in_channels``,
-    ``out_channels``, ``heads``, ``concat``, ``beta``, ``dropout``,
-    ``edge_dim``, ``bias``, ``root_weight``, MessagePassing's
-    ``**kwargs``).
-
-    Shapes: as PyG's; input ``x`` [|V|, F] or ((|V_s|, F_s), (|V_t|,
-    F_t)), ``edge_index`` [2, |E|] (or EdgeIndex, a Graph), ``edge_attr``
-    [|E|, edge_dim]; output [|V_t|, H * C] (or [|V_t|, C] without
-    concat), with ``return_attention_weights`` also (edge_index [2, |E|],
-    alpha [|E|, H]).
-
-    The attribute ``hub_quantile`` (default 0.99): destinations with
+    The class attribute ``hub_quantile`` (default 0.99): destinations with
     in-degree above that quantile (and above 256) are split over all SMs
     on CUDA.
+
+    Args:
+        in_channels (int or tuple): Size of each input sample, -1 to infer
+            it lazily, or a (source, destination) pair for bipartite graphs.
+        out_channels (int): Size of each output sample per head.
+        heads (int, optional): Number of attention heads. (default: ``1``)
+        concat (bool, optional): Concatenate the heads' outputs
+            (``heads * out_channels``) rather than averaging them.
+            (default: ``True``)
+        beta (bool, optional): Gate the root weight with a learned
+            :math:`\beta_i` (PyG's gated residual). (default: ``False``)
+        dropout (float, optional): Dropout probability of the attention
+            coefficients (training only). (default: ``0.0``)
+        edge_dim (int, optional): Edge feature dimensionality; the
+            projected edge features are added to keys and values.
+            (default: ``None``)
+        bias (bool, optional): Learn an additive bias in the skip
+            projection. (default: ``True``)
+        root_weight (bool, optional): Add the transformed root node
+            features :math:`\mathbf{W}_1 \mathbf{x}_i`. (default: ``True``)
+        **kwargs: :class:`MessagePassing` arguments.
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, F_{in})` or
+          :math:`((|\mathcal{V}_s|, F_s), (|\mathcal{V}_t|, F_t))`, edge
+          indices :math:`(2, |\mathcal{E}|)` (or EdgeIndex, a
+          :class:`pyg_ioaware.Graph`), edge features
+          :math:`(|\mathcal{E}|, D)` *(optional)*
+        - **output:** node features :math:`(|\mathcal{V}_t|, H * F_{out})`
+          (:math:`(|\mathcal{V}_t|, F_{out})` without ``concat``), or
+          with ``return_attention_weights=True`` also the edge indices
+          :math:`(2, |\mathcal{E}|)` and the coefficients
+          :math:`(|\mathcal{E}|, H)`
+
+    Dtypes:
+        Node and edge features float32, float64, float16 or bfloat16
+        (``torch.autocast`` included; the kernels accumulate in float32 and
+        keep the log-sum-exp in float32); edge indices int32 or int64.
     """
     _alpha: OptTensor  # PyG's, restated: TorchScript reads the scripted class's annotations
     hub_quantile = DEFAULT_HUB_QUANTILE

@@ -16,6 +16,11 @@ from .normalize import EdgeValues, normalized_values, weights_in_csr_order
 from .spmm import sddmm_csr, spmm_csr
 from .spmm_functional import SpmmAdjacency, gcn_adjacency
 
+# torch.library custom ops document the function they wrap.
+for _op in (spmm_csr, sddmm_csr, neighbor_minmax, neighbor_minmax_backward):
+    _op.__doc__ = _op._init_fn.__doc__
+del _op
+
 __all__ = ["aggregate", "gcn_adjacency", "SpmmAdjacency", "normalized_values", "EdgeValues",
            "weights_in_csr_order", "spmm_csr", "sddmm_csr", "neighbor_minmax",
            "neighbor_minmax_backward", "tuning"]

@@ -29,18 +29,54 @@ def aggregate(x: Union[Tensor, PairTensor], adj: Any, reduce: str = "sum",
               edge_weight: Optional[Tensor] = None, *,
               size: Optional[Sequence[int]] = None, flow: str = "source_to_target",
               hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tensor:
-    """Aggregates source features over each node's incoming edges (see the
-    module docstring for the formulas).
+    r"""Aggregates source features over each node's incoming edges, with no
+    per-edge tensor:
 
-    ``x`` is a tensor [N, C] or [N, H, C] (a square graph) or a pair
-    ``(x_src, x_dst)`` (bipartite; x_dst, which may be None, only gives the
-    destination count). ``adj`` is anything :meth:`Graph.from_input` takes;
-    ``size`` (num_src, num_dst) as in PyG's ``propagate``; ``flow`` PyG's
-    message direction (``"target_to_source"``: from edge_index[1] to
-    edge_index[0], reading x_dst as the sources, as PyG does).
-    ``edge_weight`` weighs sum and mean (default: a sparse input's values,
-    else ones); min and max take none. ``hub_quantile``: min / max split
-    destinations whose degree is above this quantile over all SMs.
+    .. math::
+        \mathrm{sum:}\ \mathbf{x}'_i = \sum_{j \in \mathcal{N}(i)} w_{j,i}\,\mathbf{x}_j
+        \qquad
+        \mathrm{mean:}\ \mathbf{x}'_i = \frac{1}{|\mathcal{N}(i)|}
+        \sum_{j \in \mathcal{N}(i)} w_{j,i}\,\mathbf{x}_j
+        \qquad
+        \mathrm{min/max:}\ x'_{i,f} = \min_{j \in \mathcal{N}(i)} x_{j,f}
+        \ \ (\max)
+
+    each 0 where node :math:`i` has no incoming edge, as PyG's aggregations
+    give. Sum and mean run one SpMM (the SpMM family), min and max the
+    degree-aware reduction kernel (the reduction family); the gradient of
+    min/max follows PyG's ``scatter_reduce`` rule (split evenly among ties).
+
+    Args:
+        x (Tensor or tuple): node features [N, C] or [N, H, C] (a square
+            graph), or a pair ``(x_src, x_dst)`` for a bipartite graph
+            (``x_dst``, which may be None, only gives the destination count).
+        adj: the edges: anything :meth:`pyg_ioaware.Graph.from_input` takes
+            (``edge_index`` [2, E], EdgeIndex, torch.sparse, SparseTensor or
+            a Graph).
+        reduce (str): ``"sum"``, ``"mean"``, ``"min"`` or ``"max"``.
+            (default: ``"sum"``)
+        edge_weight (Tensor, optional): [E] weights for sum and mean (default:
+            a sparse input's values, else ones); min and max take none.
+        size (tuple, optional): ``(num_src, num_dst)`` as in PyG's
+            ``propagate``.
+        flow (str): PyG's message direction; ``"target_to_source"`` sends
+            messages from edge_index[1] to edge_index[0], reading ``x_dst``
+            as the sources, as PyG does. (default: ``"source_to_target"``)
+        hub_quantile (float): min/max split destinations whose in-degree is
+            above this quantile (and above 256) over all SMs (CUDA).
+            (default: 0.99)
+
+    Returns:
+        Tensor: [num_dst, C] (or [num_dst, H, C]) in ``x``'s dtype.
+
+    Dtypes:
+        float32, float64, float16, bfloat16 (accumulated in float32 for the
+        16-bit types); edge indices int32 or int64.
+
+    Example::
+
+        out = ops.aggregate(x, edge_index, reduce="max")               # [N, C]
+        out = ops.aggregate((x_src, x_dst), edge_index, reduce="mean") # bipartite
     """
     who = f"aggregate(reduce={reduce!r})"
     if reduce not in REDUCES:

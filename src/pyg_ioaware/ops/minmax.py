@@ -184,6 +184,26 @@ def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
 def neighbor_minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
                     hub_quantile: float = DEFAULT_HUB_QUANTILE,
                     with_arg: bool = True) -> Tuple[Tensor, Tensor]:
+    """``torch.ops.pyg_ioaware.neighbor_minmax``: out[d, f] = min (or max)
+    over the CSR row d of x[col[e], f]; 0 for an empty row (forward only;
+    :func:`aggregate` with ``reduce="min"`` is the differentiable form).
+
+    Args:
+        rowptr (Tensor): [R + 1] CSR row pointers (rows = destinations).
+        col (Tensor): [nnz] sources.
+        x (Tensor): [num_src, F], float32, float64, float16 or bfloat16.
+        reduce (str): ``"min"`` or ``"max"``.
+        hub_quantile (float): rows whose length is above this quantile of
+            the row lengths (and above 256) are split into chunks over all
+            SMs (CUDA). (default: 0.99)
+        with_arg (bool): also return ``arg``, what the backward needs.
+
+    Returns:
+        (Tensor, Tensor): ``out`` [R, F] in ``x``'s dtype, and ``arg`` int32
+        [R, F] (the winning source, ``~source`` where the backward must walk
+        the row: a tie, a zero result or NaN; INT32_MIN for an empty row), or
+        an empty tensor without ``with_arg``.
+    """
     _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg)
     checks.csr_structure_contents(rowptr, col, x.size(0), "pyg_ioaware::neighbor_minmax")
     return _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg)
@@ -202,6 +222,24 @@ def _neighbor_minmax_fake(rowptr, col, x, reduce, hub_quantile=DEFAULT_HUB_QUANT
 def neighbor_minmax_backward(rowptr: Tensor, col: Tensor, rowptr_t: Optional[Tensor],
                              col_t: Optional[Tensor], x: Tensor, out: Tensor, arg: Tensor,
                              grad_out: Tensor, reduce: str) -> Tensor:
+    """``torch.ops.pyg_ioaware.neighbor_minmax_backward``: grad_x of
+    :func:`neighbor_minmax`, PyG's rule (``scatter_reduce``'s): an output's
+    gradient is split evenly among the sources equal to it, the zero fill
+    counts as one more candidate where the result is 0, and a NaN result
+    sends NaN to all its sources.
+
+    Args:
+        rowptr, col (Tensor): the forward's CSR.
+        rowptr_t, col_t (Tensor or None): its CSR^T (by source), needed
+            only by the deterministic variant
+            (``torch.use_deterministic_algorithms(True)``).
+        x, out, arg (Tensor): the forward's input and outputs.
+        grad_out (Tensor): [R, F] gradient of ``out``.
+        reduce (str): ``"min"`` or ``"max"``, as in the forward.
+
+    Returns:
+        Tensor: grad_x [num_src, F] in ``x``'s dtype.
+    """
     _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce)
     who = "pyg_ioaware::neighbor_minmax_backward"
     checks.csr_structure_contents(rowptr, col, x.size(0), who)

@@ -71,8 +71,24 @@ def weights_in_csr_order(graph: Graph, edge_weight: Optional[Tensor],
 
 def normalized_values(graph: Graph, weight_csr: Optional[Tensor], mode: str,
                       dtype: torch.dtype) -> EdgeValues:
-    """a_e for ``mode`` in ``dtype``; ``weight_csr`` are edge weights in CSR
-    order or None (ones)."""
+    """The edge values a_e of ``graph``'s propagation, in CSR order, cached
+    on the graph.
+
+    Args:
+        graph (Graph): the structure (for ``"gcn"``, the graph with self
+            loops, ``graph.with_remaining_self_loops()``).
+        weight_csr (Tensor or None): edge weights w_e in CSR order
+            (:func:`weights_in_csr_order`), or None (ones).
+        mode (str): ``"sum"`` (a_e = w_e), ``"mean"`` (a_e = w_e / indeg(d))
+            or ``"gcn"`` (a_e = deg(s)^-1/2 w_e deg(d)^-1/2 with weighted
+            in-degrees, GCN's symmetric normalization).
+        dtype (torch.dtype): dtype of the returned values (computed in
+            float32).
+
+    Returns:
+        EdgeValues: ``.values`` [E] in CSR order (and, on first use, the
+        same in CSR^T order).
+    """
     if mode not in MODES:
         raise ValueError(f"unknown normalization {mode!r}: expected one of {MODES}")
     if weight_csr is not None:

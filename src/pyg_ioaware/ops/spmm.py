@@ -66,6 +66,25 @@ def _spmm_kernel(rowptr, col, values, x, num_out, transpose, bias=None) -> Tenso
 @torch.library.custom_op("pyg_ioaware::spmm", mutates_args=())
 def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
              transpose: bool, bias: Optional[Tensor] = None) -> Tensor:
+    """``torch.ops.pyg_ioaware.spmm``: Y = A X + b, or Y = A^T X + b with
+    ``transpose``, for a CSR matrix A (forward only; see
+    :func:`gcn_adjacency` for a differentiable propagation).
+
+    Args:
+        rowptr (Tensor): [R + 1] CSR row pointers, int32 or int64.
+        col (Tensor): [nnz] column indices, the same dtype as ``rowptr``.
+        values (Tensor): [nnz] entries of A (float32 or ``x``'s dtype).
+        x (Tensor): [num_cols, F] dense input (float32, float64, float16 or
+            bfloat16); [R, F] with ``transpose``.
+        num_out (int): rows of Y: R, or the column count with ``transpose``.
+        transpose (bool): multiply by A^T instead of A.
+        bias (Tensor, optional): [F] added to every row of Y.
+
+    Returns:
+        Tensor: Y [num_out, F] in ``x``'s dtype (16-bit inputs accumulate in
+        float32). Every input is checked before any kernel runs (a CSR
+        structure's contents once, the first time the op sees it).
+    """
     _check_spmm(rowptr, col, values, x, num_out, transpose, bias)
     num_cols = num_out if transpose else x.size(0)
     checks.csr_structure_contents(rowptr, col, num_cols, "pyg_ioaware::spmm")
@@ -195,6 +214,18 @@ def _sddmm_kernel(rowptr, col, g, x) -> Tensor:
 
 @torch.library.custom_op("pyg_ioaware::sddmm", mutates_args=())
 def sddmm_csr(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor) -> Tensor:
+    """``torch.ops.pyg_ioaware.sddmm``: out[e] = <g[row(e)], x[col[e]]> for
+    every CSR entry e (the gradient of SpMM with respect to its values).
+
+    Args:
+        rowptr (Tensor): [R + 1] CSR row pointers, int32 or int64.
+        col (Tensor): [nnz] column indices.
+        g (Tensor): [R, F] (the output gradient).
+        x (Tensor): [num_cols, F], the same dtype as ``g``.
+
+    Returns:
+        Tensor: [nnz] in CSR order, ``g``'s dtype.
+    """
     _check_sddmm(rowptr, col, g, x)
     checks.csr_structure_contents(rowptr, col, x.size(0), "pyg_ioaware::sddmm")
     return _sddmm_kernel(rowptr, col, g, x)

@@ -25,10 +25,18 @@ FLOWS = ("source_to_target", "target_to_source")
 
 class SpmmAdjacency:
     """A graph, its edge weights in CSR order (None: ones) and a
-    normalization mode: everything a propagation needs.
+    normalization mode: everything a propagation needs. Made by
+    :func:`gcn_adjacency`.
 
     ``propagate(h)``: out[d] = sum over edges (s -> d) of a_e h[s], with a_e
-    as in ops.normalize for ``mode``; differentiable in h and the weights.
+    as :func:`normalized_values` gives them for ``mode`` (``"sum"``: the
+    weights, ``"mean"``: divided by the in-degree, ``"gcn"``: GCN's
+    symmetric normalization); differentiable in h and the weights.
+
+    Attributes:
+        graph (Graph): the structure propagated over.
+        weight_csr (Tensor or None): edge weights in CSR order.
+        mode (str): ``"sum"``, ``"mean"`` or ``"gcn"``.
     """
 
     def __init__(self, graph: Graph, weight_csr: Optional[Tensor], mode: str):
@@ -103,13 +111,41 @@ def input_edge_weight(graph: Graph, edge_weight: Optional[Tensor], who: str) -> 
 def gcn_adjacency(adj: Any, num_nodes: NumNodes, edge_weight: Optional[Tensor] = None, *,
                   add_self_loops: bool = True, improved: bool = False, normalize: bool = True,
                   flow: str = "source_to_target") -> SpmmAdjacency:
-    """The adjacency GCNConv propagates over.
+    r"""The adjacency GCNConv propagates over, ready to use in a layer of
+    your own:
 
-    ``normalize=True``: PyG's ``gcn_norm``, D^-1/2 Â D^-1/2 with Â = A plus
-    PyG's remaining self loops where ``add_self_loops`` (fill value 2 with
-    ``improved`` where weights are given, as PyG); ``normalize=False``: the
-    raw weights. ``flow="target_to_source"`` sends messages from
-    edge_index[1] to edge_index[0], as in PyG.
+    .. math::
+        \hat{\mathbf{A}}_{\mathrm{norm}} = \hat{\mathbf{D}}^{-1/2}\hat{\mathbf{A}}
+        \hat{\mathbf{D}}^{-1/2}, \qquad \hat{\mathbf{A}} = \mathbf{A} + \mathbf{I}
+
+    With ``normalize=True`` this is PyG's ``gcn_norm``: :math:`\hat{\mathbf{A}}`
+    is A plus PyG's remaining self loops where ``add_self_loops`` (fill value
+    2 with ``improved`` where weights are given, as PyG) and
+    :math:`\hat{D}_{ii}` the weighted in-degree; ``normalize=False`` keeps
+    the raw weights. The normalized values are computed once per graph and
+    cached with it, so building the adjacency again for the same
+    ``edge_index`` costs a lookup.
+
+    Args:
+        adj: the edges: anything :meth:`pyg_ioaware.Graph.from_input` takes.
+        num_nodes (int or tuple): the node count (a pair is accepted, but
+            GCN's graph is square).
+        edge_weight (Tensor, optional): [E] edge weights (default: ones).
+        add_self_loops (bool): add PyG's remaining self loops. (default: True)
+        improved (bool): self loops weigh 2. (default: False)
+        normalize (bool): apply the symmetric normalization. (default: True)
+        flow (str): ``"target_to_source"`` sends messages from edge_index[1]
+            to edge_index[0], as in PyG. (default: ``"source_to_target"``)
+
+    Returns:
+        SpmmAdjacency: call ``.propagate(h)`` for
+        :math:`\hat{\mathbf{A}}_{\mathrm{norm}} \mathbf{h}` (differentiable
+        in ``h`` and ``edge_weight``).
+
+    Example::
+
+        adjacency = ops.gcn_adjacency(edge_index, x.size(0))
+        out = adjacency.propagate(x @ weight)        # GCNConv without the bias
     """
     who = "GCNConv"
     if flow not in FLOWS:

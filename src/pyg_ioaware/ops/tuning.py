@@ -3,7 +3,7 @@ opt-in autotune whose results persist on disk.
 
 A *backend* is one way to run a family's kernel (a cuSPARSE algorithm, a
 kernel of our own, the plain-torch implementation): it has a ``name``, says
-whether it ``supports`` a :class:`ShapeClass`, and ``run``s one call.
+whether it ``supports`` a ``ShapeClass``, and runs one call (``run``).
 Families register their backends here; the tuner never knows what they are.
 
 The choice is keyed by the shape class, never by the graph: family,
