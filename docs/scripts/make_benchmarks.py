@@ -1,0 +1,267 @@
+"""Benchmark tables and plots for the docs, from the bench CLI's JSON.
+
+Reads every ``docs/results_*.json`` written by ``python -m pyg_ioaware.bench
+--out DIR`` (copied into docs/ after a run) and writes, under
+docs/_generated/:
+
+- ``benchmarks_generated.md``: the newest figures per case against PyG, then
+  one section per run (device, date, versions, command-line arguments; the
+  summary, the per-graph ratios, the mini-batch steps, the kernels'
+  bandwidth and the targets with their status);
+- ``bench_<run>.png``: ours against PyG per graph, one plot per run.
+
+docs/conf.py runs it on every build, so the pages never hold pasted numbers:
+add a JSON file to docs/ and rebuild. Runnable alone too:
+
+    python docs/scripts/make_benchmarks.py [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+from collections import OrderedDict
+
+DOCS = pathlib.Path(__file__).resolve().parents[1]
+
+# What each run in docs/ measured (the file names are those of the runs).
+RUN_TITLES = {
+    "results_h200": "GCNConv, the first version (issue 2)",
+    "results_h200_issue5_full": "GCNConv, one-shot graphs: full suite (issue 5)",
+    "results_h200_issue5_minibatch": "GCNConv mini-batch steps (issue 5)",
+    "results_h200_issue6_suite": "GCNConv with the SpMM kernels of our own (issue 6)",
+    "results_h200_issue6_products_minibatch": "GCNConv D=512 on products-like and mini-batch steps (issue 6)",
+    "results_h200_issue7_reduction": "min/max aggregation and SAGEConv (issue 7)",
+    "results_h200_issue7_reduction_large": "min/max aggregation on the large graphs (issue 7)",
+    "results_h200_issue7_sage_minibatch": "SAGEConv mini-batch steps (issue 7)",
+    "results_h200_issue8_gatv2": "GATv2Conv, first fused version (issue 8)",
+    "results_h200_issue8_gatv2_web": "GATv2Conv on web-like (issue 8)",
+    "results_h200_issue8_round2": "GATv2Conv (2, 64) after the kernel rework (issue 9)",
+    "results_h200_issue9_transformer": "TransformerConv (4, 128) (issue 9)",
+    "results_h200_issue9_large": "TransformerConv and GATv2Conv (8, 128) on the large graphs (issue 9)",
+    "results_h200_attention_minibatch": "GATv2Conv and TransformerConv mini-batch steps (issue 9)",
+}
+
+
+def fmt(value, unit: str = "x") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "%":
+        return f"{100 * value:.0f}%"
+    if unit == "ms":
+        return f"{value:.2f}"
+    return f"{value:.3g}"
+
+
+def table(header, rows) -> list:
+    out = ["| " + " | ".join(header) + " |",
+           "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    for row in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "/") for c in row) + " |")
+    return out + [""]
+
+
+def load_runs(docs: pathlib.Path) -> list:
+    runs = []
+    for path in sorted(docs.glob("results_*.json")):
+        data = json.loads(path.read_text())
+        if "meta" not in data:
+            continue
+        runs.append((path, data))
+    runs.sort(key=lambda r: r[1]["meta"].get("date", ""), reverse=True)
+    return runs
+
+
+def meta_lines(path: pathlib.Path, meta: dict) -> list:
+    args = meta.get("args", {})
+    date = meta.get("date", "?").replace("T", " ")[:16] + " UTC"
+    lines = [f"- device: **{meta.get('device_name', meta.get('device', '?'))}**, "
+             f"measured {date}",
+             f"- torch {meta.get('torch', '?')}, torch_geometric "
+             f"{meta.get('torch_geometric', '?')}, pyg_ioaware {meta.get('pyg_ioaware', '?')}, "
+             f"native library {'loaded' if meta.get('native_library') else 'not loaded'}"]
+    what = []
+    if args.get("cases"):
+        what.append("cases " + ", ".join(args["cases"]))
+    if args.get("graphs"):
+        what.append("graphs " + ", ".join(args["graphs"]))
+    if args.get("minibatch"):
+        what.append("mini-batches " + ", ".join(args["minibatch"]))
+    if args.get("dtypes"):
+        what.append("dtypes " + ", ".join(args["dtypes"]))
+    if "iters" in args:
+        what.append(f"{args['iters']} timed iterations after {args.get('warmup', '?')} warm-up")
+    lines.append("- " + "; ".join(what))
+    lines.append(f"- raw data: {{download}}`{path.name} </{path.name}>`")
+    deviations = meta.get("protocol_deviations") or []
+    for dev in deviations:
+        lines.append(f"- deviation from the protocol: {dev}")
+    return lines + [""]
+
+
+def plot_run(name: str, data: dict, out_dir: pathlib.Path):
+    """Speedup and memory ratio against PyG per graph; None if nothing to plot."""
+    comps = [c for c in data.get("comparisons", [])
+             if c.get("baseline") == "pyg" and c.get("status") == "ok"]
+    if not comps:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{c['graph']}\n{c['case']}\n{c['precision']}" for c in comps]
+    metrics = (("fwd_speedup", "forward speedup"), ("bwd_speedup", "backward speedup"),
+               ("mem_ratio", "peak memory ratio"))
+    width = 0.27
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * len(comps) + 2), 4.2))
+    for k, (key, label) in enumerate(metrics):
+        xs = [i + (k - 1) * width for i in range(len(comps))]
+        ax.bar(xs, [c.get(key) or float("nan") for c in comps], width, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_ylabel("PyG / ours (higher is better)")
+    ax.set_xticks(range(len(comps)))
+    ax.set_xticklabels(labels, fontsize=6.5, rotation=0)
+    meta = data["meta"]
+    ax.set_title(f"{RUN_TITLES.get(name, name)}\n{meta.get('device_name', '?')}, "
+                 f"{meta.get('date', '?')[:10]}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / f"bench_{name}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_section(path: pathlib.Path, data: dict, out_dir: pathlib.Path) -> list:
+    name = path.stem
+    meta = data["meta"]
+    lines = [f"### {RUN_TITLES.get(name, name)}", ""] + meta_lines(path, meta)
+
+    summary = data.get("summary") or []
+    if summary:
+        lines += ["Geometric mean over the graphs where both ran (a ratio above 1 is ours "
+                  "faster, or smaller):", ""]
+        rows = []
+        for s in summary:
+            not_run = ", ".join(f"{g}: {why}" for g, why in (s.get("not_run") or {}).items())
+            rows.append([s["case"], s["precision"], s["baseline"], len(s.get("graphs", [])),
+                         fmt(s.get("fwd_speedup")), fmt(s.get("bwd_speedup")),
+                         fmt(s.get("mem_ratio")), not_run or "-"])
+        lines += table(["case", "dtype", "against", "graphs", "forward", "backward",
+                        "peak memory", "baseline not run"], rows)
+
+    comps = data.get("comparisons") or []
+    if comps:
+        rows = [[c["graph"], c["case"], c["precision"], c["baseline"],
+                 fmt(c.get("fwd_speedup")) if c.get("status") == "ok" else c.get("status"),
+                 fmt(c.get("bwd_speedup")) if c.get("status") == "ok" else "-",
+                 fmt(c.get("mem_ratio")) if c.get("status") == "ok" else "-"]
+                for c in comps]
+        lines += ["Per graph (baseline time / our time; baseline peak memory / ours):", ""]
+        lines += table(["graph", "case", "dtype", "against", "forward", "backward",
+                        "peak memory"], rows)
+
+    results = [r for r in data.get("results") or [] if r.get("impl") == "ours"]
+    if results:
+        rows = [[r["graph"], r["case"], r["precision"],
+                 fmt(r.get("fwd_ms"), "ms") if r.get("status") == "ok" else r.get("status"),
+                 fmt(r.get("bwd_ms"), "ms") if r.get("status") == "ok" else "-",
+                 f"{r['peak_fwd_bwd_mb']:.0f}" if r.get("peak_fwd_bwd_mb") else "-"]
+                for r in results]
+        lines += ["Our absolute figures (median ms; peak MB over forward + backward):", ""]
+        lines += table(["graph", "case", "dtype", "forward ms", "backward ms", "peak MB"], rows)
+
+    mb = (data.get("minibatch") or {}).get("comparisons") or []
+    if mb:
+        rows = [[c["batch"], c["case"], c["precision"], fmt(c.get("ours_ms"), "ms"),
+                 fmt(c.get("pyg_ms"), "ms"), fmt(c.get("pyg_over_ours")),
+                 fmt(c.get("same_graph_ms"), "ms"), fmt(c.get("new_over_same_graph"))]
+                for c in mb]
+        lines += ["Mini-batch training step (a new `edge_index` every step), ms:", ""]
+        lines += table(["batch", "layer", "dtype", "ours", "PyG", "PyG / ours",
+                        "ours, graph reused", "new / reused graph"], rows)
+
+    bw = (data.get("kernel_bandwidth") or {}).get("rows") or []
+    bw = [r for r in bw if r.get("status") == "ok"]
+    if bw:
+        copy = data["kernel_bandwidth"].get("copy_gbs")
+        lines += [f"Kernels alone: effective bandwidth under the minimal-bytes model "
+                  f"(device copy bandwidth {copy:.0f} GB/s):", ""]
+        rows = [[r["graph"], r["case"], r["precision"], r["kernel"], fmt(r.get("ms"), "ms"),
+                 f"{r['gbs']:.0f}", fmt(r.get("share_of_copy"), "%")] for r in bw]
+        lines += table(["graph", "case", "dtype", "kernel", "ms", "GB/s", "share of copy"], rows)
+
+    bars = [b for b in data.get("bars") or [] if b.get("status") != "n/a"]
+    if bars:
+        lines += ["Targets of the {ref}`benchmark protocol <benchmark-protocol-targets>` this run "
+                  "checked:", ""]
+        rows = []
+        for b in bars:
+            unit = b.get("unit", "x")
+            cmp = ">=" if b.get("better", "higher") == "higher" else "<="
+            value = b.get("value")
+            shown = "-" if value is None else (f"{value:.3g}" if unit != "x" else fmt(value))
+            rows.append([b["check"], shown, f"{cmp} {b['bar']}", b["status"],
+                         b.get("detail") or ""])
+        lines += table(["check", "value", "target", "status", "detail"], rows)
+
+    plot = plot_run(name, data, out_dir)
+    if plot is not None:
+        lines += [f"```{{image}} /_generated/{plot.name}",
+                  f":alt: {RUN_TITLES.get(name, name)}: ours against PyG per graph",
+                  "```", ""]
+    return lines
+
+
+def headline(runs) -> list:
+    """The newest summary row per (case, dtype) against PyG."""
+    newest = OrderedDict()
+    for path, data in runs:  # newest first
+        for s in data.get("summary") or []:
+            if s.get("baseline") != "pyg":
+                continue
+            key = (s["case"], s["precision"])
+            if key not in newest:
+                newest[key] = (s, path, data["meta"])
+    rows = []
+    for (case, precision), (s, path, meta) in sorted(newest.items()):
+        not_run = ", ".join(f"{g}: {w}" for g, w in (s.get("not_run") or {}).items())
+        rows.append([case, precision, fmt(s.get("fwd_speedup")), fmt(s.get("bwd_speedup")),
+                     fmt(s.get("mem_ratio")), len(s.get("graphs", [])), not_run or "-",
+                     f"{meta.get('device_name', '?')}, {meta.get('date', '?')[:10]}"])
+    lines = ["Ours against PyG's layer, geometric mean over the suite graphs where PyG "
+             "ran, from the newest run that measured each case (above 1: ours faster, "
+             "or smaller):", ""]
+    return lines + table(["case", "dtype", "forward", "backward", "peak memory (fwd+bwd)",
+                          "graphs", "PyG not run", "device, date"], rows)
+
+
+def generate(out_dir: pathlib.Path, docs: pathlib.Path = DOCS) -> pathlib.Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = load_runs(docs)
+    lines = ["<!-- Generated by docs/scripts/make_benchmarks.py from docs/results_*.json; "
+             "do not edit. -->", "", "## Newest figures per case", ""]
+    lines += headline(runs)
+    lines += ["## Every run, newest first", ""]
+    for path, data in runs:
+        lines += run_section(path, data, out_dir)
+    target = out_dir / "benchmarks_generated.md"
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=pathlib.Path, default=DOCS / "_generated",
+                        help="output folder (default: docs/_generated)")
+    args = parser.parse_args(argv)
+    print(f"make_benchmarks: wrote {generate(args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    main()
