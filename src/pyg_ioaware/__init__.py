@@ -1,8 +1,14 @@
 """pyg_ioaware: IO-aware GNN layers for PyTorch Geometric.
 
-``from pyg_ioaware.nn import GCNConv`` replaces ``torch_geometric.nn.GCNConv``
-with the same outputs, computed by SpMM kernels of our own or cuSPARSE's
-(chosen per problem shape) on GPUs and by torch on CPUs.
+``from pyg_ioaware.nn import GCNConv`` (or ``SAGEConv``, ``GATv2Conv``,
+``TransformerConv``) replaces the ``torch_geometric.nn`` layer of the same
+name with the same outputs, computed by fused CUDA kernels on GPUs (where
+the native library is built) and by plain torch on CPUs.
+
+Public names: :mod:`nn` (layers), :mod:`ops` (functional ops),
+:mod:`loader` (mini-batch sampling), :class:`Graph` and
+:func:`clear_graph_cache`, :func:`cuda_available`,
+:func:`native_library_path`, :mod:`config`.
 """
 from typing import Optional
 
@@ -26,7 +32,12 @@ def cuda_available() -> bool:
     return _native.library() is not None and torch.cuda.is_available()
 
 
-from . import nn, ops  # noqa: E402  (nn and ops import Graph from here)
+from . import loader, nn, ops  # noqa: E402  (nn and ops import Graph from here)
 
 __all__ = ["Graph", "clear_graph_cache", "cuda_available", "native_library_path", "nn", "ops",
-           "config", "__version__"]
+           "loader", "config", "__version__"]
+
+
+def __dir__():
+    """Only the public names: ``dir(pyg_ioaware)`` lists ``__all__``."""
+    return sorted(__all__)
