@@ -31,7 +31,8 @@ RUN_TITLES = {
     "results_h200_issue5_full": "GCNConv, one-shot graphs: full suite (issue 5)",
     "results_h200_issue5_minibatch": "GCNConv mini-batch steps (issue 5)",
     "results_h200_issue6_suite": "GCNConv with the SpMM kernels of our own (issue 6)",
-    "results_h200_issue6_products_minibatch": "GCNConv D=512 on products-like and mini-batch steps (issue 6)",
+    "results_h200_issue6_products_minibatch":
+        "GCNConv D=512 on products-like and mini-batch steps (issue 6)",
     "results_h200_issue7_reduction": "min/max aggregation and SAGEConv (issue 7)",
     "results_h200_issue7_reduction_large": "min/max aggregation on the large graphs (issue 7)",
     "results_h200_issue7_sage_minibatch": "SAGEConv mini-batch steps (issue 7)",
@@ -39,7 +40,8 @@ RUN_TITLES = {
     "results_h200_issue8_gatv2_web": "GATv2Conv on web-like (issue 8)",
     "results_h200_issue8_round2": "GATv2Conv (2, 64) after the kernel rework (issue 9)",
     "results_h200_issue9_transformer": "TransformerConv (4, 128) (issue 9)",
-    "results_h200_issue9_large": "TransformerConv and GATv2Conv (8, 128) on the large graphs (issue 9)",
+    "results_h200_issue9_large":
+        "TransformerConv and GATv2Conv (8, 128) on the large graphs (issue 9)",
     "results_h200_attention_minibatch": "GATv2Conv and TransformerConv mini-batch steps (issue 9)",
 }
 
@@ -218,24 +220,36 @@ def run_section(path: pathlib.Path, data: dict, out_dir: pathlib.Path) -> list:
 
 
 def headline(runs) -> list:
-    """The newest summary row per (case, dtype) against PyG."""
-    newest = OrderedDict()
+    """Per (case, dtype) against PyG: the newest run where PyG's layer ran on
+    at least one graph, with the graphs where PyG did not run in that run or
+    any newer one (a run of only the largest graphs has PyG out of memory
+    everywhere and gives no ratio)."""
+    chosen, not_run = OrderedDict(), {}
     for path, data in runs:  # newest first
         for s in data.get("summary") or []:
             if s.get("baseline") != "pyg":
                 continue
             key = (s["case"], s["precision"])
-            if key not in newest:
-                newest[key] = (s, path, data["meta"])
+            if key in chosen:
+                continue
+            not_run.setdefault(key, {}).update(s.get("not_run") or {})
+            if s.get("graphs"):
+                chosen[key] = (s, data["meta"])
     rows = []
-    for (case, precision), (s, path, meta) in sorted(newest.items()):
-        not_run = ", ".join(f"{g}: {w}" for g, w in (s.get("not_run") or {}).items())
+    for key in sorted(set(chosen) | set(not_run)):
+        case, precision = key
+        missing = ", ".join(f"{g}: {w}" for g, w in sorted(not_run.get(key, {}).items()))
+        if key not in chosen:
+            rows.append([case, precision, "-", "-", "-", 0, missing or "-", "-"])
+            continue
+        s, meta = chosen[key]
         rows.append([case, precision, fmt(s.get("fwd_speedup")), fmt(s.get("bwd_speedup")),
-                     fmt(s.get("mem_ratio")), len(s.get("graphs", [])), not_run or "-",
+                     fmt(s.get("mem_ratio")), len(s.get("graphs", [])), missing or "-",
                      f"{meta.get('device_name', '?')}, {meta.get('date', '?')[:10]}"])
     lines = ["Ours against PyG's layer, geometric mean over the suite graphs where PyG "
-             "ran, from the newest run that measured each case (above 1: ours faster, "
-             "or smaller):", ""]
+             "ran, from the newest run that compared each case (above 1: ours faster, "
+             "or smaller). Where PyG ran out of memory the graph is left out of the mean "
+             "and listed.", ""]
     return lines + table(["case", "dtype", "forward", "backward", "peak memory (fwd+bwd)",
                           "graphs", "PyG not run", "device, date"], rows)
 
