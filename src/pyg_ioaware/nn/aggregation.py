@@ -63,6 +63,13 @@ class SumAggregation(_WeightedAggregation):
     with :math:`w_{j,i}` = ``edge_weight`` (one per input edge), else a
     sparse adjacency's values, else 1.
 
+    Called as ``aggr(x, adj, size=None)``: ``x`` node features [N, C] or
+    [N, H, C], or a bipartite pair ``(x_src, x_dst)``; ``adj`` edge_index
+    [2, E] (int32 or int64), EdgeIndex, torch.sparse, SparseTensor or a
+    :class:`pyg_ioaware.Graph`; returns [num_dst, C] (or [num_dst, H, C]) in
+    ``x``'s dtype: float32, float64, float16 or bfloat16 (accumulated in
+    float32). The functional form is :func:`pyg_ioaware.ops.aggregate`.
+
     Args:
         hub_quantile (float, optional): Unused by sum (kept for a common
             signature). (default: :obj:`0.99`)
@@ -79,6 +86,13 @@ class MeanAggregation(_WeightedAggregation):
 
     with :math:`w_{j,i}` as in :class:`SumAggregation` and
     :math:`|\mathcal{N}(i)|` the number of incoming edges.
+
+    Called as ``aggr(x, adj, size=None)``: ``x`` node features [N, C] or
+    [N, H, C], or a bipartite pair ``(x_src, x_dst)``; ``adj`` edge_index
+    [2, E] (int32 or int64), EdgeIndex, torch.sparse, SparseTensor or a
+    :class:`pyg_ioaware.Graph`; returns [num_dst, C] (or [num_dst, H, C]) in
+    ``x``'s dtype: float32, float64, float16 or bfloat16 (accumulated in
+    float32). The functional form is :func:`pyg_ioaware.ops.aggregate`.
 
     Args:
         hub_quantile (float, optional): Unused by mean (kept for a common
@@ -97,6 +111,13 @@ class MinAggregation(_NeighborAggregation):
     Edge weights and a sparse adjacency's values are not used. The gradient
     is PyG's (``scatter_reduce`` ``amin``): split evenly among tied entries.
 
+    Called as ``aggr(x, adj, size=None)``: ``x`` node features [N, C] or
+    [N, H, C], or a bipartite pair ``(x_src, x_dst)``; ``adj`` edge_index
+    [2, E] (int32 or int64), EdgeIndex, torch.sparse, SparseTensor or a
+    :class:`pyg_ioaware.Graph`; returns [num_dst, C] (or [num_dst, H, C]) in
+    ``x``'s dtype: float32, float64, float16 or bfloat16 (accumulated in
+    float32). The functional form is :func:`pyg_ioaware.ops.aggregate`.
+
     Args:
         hub_quantile (float, optional): Destinations whose in-degree lies
             above this quantile are split over all SMs (CUDA).
@@ -114,6 +135,13 @@ class MaxAggregation(_NeighborAggregation):
 
     Edge weights and a sparse adjacency's values are not used. The gradient
     is PyG's (``scatter_reduce`` ``amax``): split evenly among tied entries.
+
+    Called as ``aggr(x, adj, size=None)``: ``x`` node features [N, C] or
+    [N, H, C], or a bipartite pair ``(x_src, x_dst)``; ``adj`` edge_index
+    [2, E] (int32 or int64), EdgeIndex, torch.sparse, SparseTensor or a
+    :class:`pyg_ioaware.Graph`; returns [num_dst, C] (or [num_dst, H, C]) in
+    ``x``'s dtype: float32, float64, float16 or bfloat16 (accumulated in
+    float32). The functional form is :func:`pyg_ioaware.ops.aggregate`.
 
     Args:
         hub_quantile (float, optional): Destinations whose in-degree lies

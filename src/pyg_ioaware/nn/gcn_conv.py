@@ -66,6 +66,12 @@ class GCNConv(FusedMessagePassing):
           edge weights :math:`(|\mathcal{E}|)` *(optional)*
         - **output:** node features :math:`(|\mathcal{V}|, F_{out})` (or
           :math:`(B, |\mathcal{V}|, F_{out})`)
+
+    Dtypes:
+        Node features float32, float64, float16 or bfloat16 (``torch.autocast``
+        included: the projection runs in the autocast dtype, the aggregation
+        reads and writes it and accumulates in float32); edge weights any
+        floating dtype; edge indices int32 or int64.
     """
     _cached_edge_index: Optional[OptPairTensor]
     _cached_adj_t: Optional[SparseTensor]

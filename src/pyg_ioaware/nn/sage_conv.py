@@ -105,6 +105,11 @@ class SAGEConv(FusedMessagePassing):
           a :class:`pyg_ioaware.Graph`
         - **outputs:** node features :math:`(|\mathcal{V}|, F_{out})` or
           :math:`(|\mathcal{V_t}|, F_{out})` if bipartite
+
+    Dtypes:
+        Node features float32, float64, float16 or bfloat16 (``torch.autocast``
+        included; the aggregation accumulates in float32); edge indices
+        int32 or int64.
     """
     hub_quantile = DEFAULT_HUB_QUANTILE
 
