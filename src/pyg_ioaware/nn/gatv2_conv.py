@@ -258,6 +258,11 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         PyG's ``forward``."""
         heads, channels = self.heads, self.out_channels
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
+        assert x_src.dim() == 2 and x_dst.dim() == 2  # as PyG's forward
+        num_src, num_dst = x_src.size(0), x_dst.size(0)
+        # The graph before the projections: a new graph's build reads the
+        # GPU once, and then waits only for work queued before this layer.
+        graph, pyg_edge_index, kept = self._attention_graph(edge_index, num_src, num_dst)
         res = self.res(x_dst) if self.res is not None else None
         x_l = self.lin_l(x_src).view(-1, heads, channels)
         if self.share_weights and isinstance(x, Tensor):
@@ -265,12 +270,10 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         else:
             x_r = self.lin_r(x_dst).view(-1, heads, channels)
 
-        graph, pyg_edge_index, kept = self._attention_graph(edge_index, x_l.size(0),
-                                                            x_r.size(0))
         edge = None
         if edge_attr is not None:
             edge = self.lin_edge(self._edge_attr_in_csr_order(edge_attr, graph, pyg_edge_index,
-                                                              kept, x_l.size(0), x_r.size(0)))
+                                                              kept, num_src, num_dst))
             edge = edge.view(-1, heads, channels)
         dropout = self.dropout if self.training else 0.0
         seed = new_seed() if dropout > 0 else 0

@@ -211,13 +211,15 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         PyG's forward."""
         heads, channels = self.heads, self.out_channels
         x_src, x_dst = self._node_features(x)
+        # The graph before the projections: a new graph's build reads the
+        # GPU once, and then waits only for work queued before this layer.
+        graph = Graph.from_input(edge_index, (x_src.size(0), x_dst.size(0)))
         if isinstance(x, Tensor):
             q, k, v = self._fused_linear(x, (self.lin_query, self.lin_key, self.lin_value))
         else:
             q = self.lin_query(x_dst).view(x_dst.size(0), heads, channels)
             k, v = self._fused_linear(x_src, (self.lin_key, self.lin_value))
 
-        graph = Graph.from_input(edge_index, (x_src.size(0), x_dst.size(0)))
         edge = None
         if self.lin_edge is not None:
             edge = self.lin_edge(in_csr_order(self._checked_edge_attr(edge_attr, graph), graph))
