@@ -24,8 +24,8 @@ from _helpers import (PROPERTY_GRAPHS, TOLERANCE, native_required, property_case
 from torch_geometric.utils import scatter
 
 from pyg_ioaware import Graph, _native, ops
-from pyg_ioaware.graph import ENV_FORCE_INT64
-from pyg_ioaware.ops import minmax as mm
+from pyg_ioaware.graph import ENV_FORCE_INT64, structure_state
+from pyg_ioaware.ops import hubs, minmax as mm
 from pyg_ioaware.ops.minmax import ARG_EMPTY, MIN_HUB_DEGREE, graph_minmax, hub_degree
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
@@ -633,6 +633,31 @@ def test_hub_degree():
     assert int(degree) == 0 and max_hubs == 5
     assert hub_degree(rowptr[:4], 3, 0.0) == (None, 0)  # no row can exceed 256
     assert hub_degree(torch.zeros(1, dtype=torch.long), 0, 0.5) == (None, 0)  # no rows
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_hub_degree_kthvalue_equals_sort(device, monkeypatch):
+    """Small structures take kthvalue, large ones a sort: the same quantile."""
+    gen = torch.Generator().manual_seed(5)
+    for num_rows in (300, 5000):
+        degrees = (torch.rand(num_rows, generator=gen) ** -1.5).long().clamp(max=5000)
+        rowptr = torch.cat([torch.zeros(1, dtype=torch.long), degrees.cumsum(0)]).to(device)
+        nnz = int(rowptr[-1])
+        for quantile in (0.0, 0.5, 0.9, 0.99):
+            small, bound = hub_degree(rowptr, nnz, quantile)
+            with monkeypatch.context() as patch:
+                patch.setattr(hubs, "KTHVALUE_MAX_ROWS", 0)
+                hubs_of_structure = structure_state(rowptr).hub_degrees
+                hubs_of_structure.clear()  # computed anew by the other path
+                large, same_bound = hub_degree(rowptr, nnz, quantile)
+                hubs_of_structure.clear()
+            assert bound == same_bound
+            k = min(max(math.ceil(quantile * num_rows), 1), num_rows)
+            expected = int(degrees.sort().values[k - 1])
+            if small is None:
+                assert large is None
+            else:
+                assert int(small) == int(large) == expected
 
 
 # -------------------------------------------------- deterministic backward

@@ -15,6 +15,9 @@ DEFAULT_HUB_QUANTILE = 0.99
 #: Rows of at most this many entries are never split (PYGIO_MINMAX_MIN_HUB_DEGREE
 #: and PYGIO_ATTENTION_MIN_HUB_DEGREE in pyg_ioaware.h).
 MIN_HUB_DEGREE = 256
+#: Up to this many rows the quantile is a kthvalue (one thread block), above
+#: it a device-wide sort.
+KTHVALUE_MAX_ROWS = 1 << 15
 
 
 def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tensor], int]:
@@ -24,9 +27,11 @@ def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tens
     hub. The quantile is computed once per structure and quantile, without
     a host synchronisation, and kept beside the structure (StructureState);
     the bound needs no device read: at most num_rows - k rows exceed the
-    k-th smallest degree. The k-th smallest comes from a device-wide sort:
-    torch's CUDA kthvalue selects within one thread block (radix passes over
-    every row on one SM: milliseconds for a mini-batch of 500k rows)."""
+    k-th smallest degree. The k-th smallest comes from torch's kthvalue up
+    to KTHVALUE_MAX_ROWS rows (one launch: what a small mini-batch's host
+    time wants) and from a device-wide sort above (torch's CUDA kthvalue
+    selects within one thread block, radix passes over every row on one SM:
+    milliseconds for a mini-batch of 500k rows)."""
     num_rows = rowptr.numel() - 1
     k = min(max(math.ceil(quantile * num_rows), 1), num_rows) if num_rows > 0 else 0
     max_hubs = min(num_rows - k, nnz // (MIN_HUB_DEGREE + 1))
@@ -35,6 +40,10 @@ def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tens
     state = structure_state(rowptr)
     degree = state.hub_degrees.get(quantile)
     if degree is None:
-        degree = torch.sort(rowptr.diff()).values[k - 1].long()
+        degrees = rowptr.diff()
+        if num_rows <= KTHVALUE_MAX_ROWS:
+            degree = torch.kthvalue(degrees, k).values.long()
+        else:
+            degree = torch.sort(degrees).values[k - 1].long()
         state.hub_degrees[quantile] = degree
     return degree, max_hubs
