@@ -60,7 +60,7 @@ extensions = [
     "sphinx.ext.viewcode",
 ]
 
-exclude_patterns = ["_build", "jupyter_execute", "**.ipynb_checkpoints", "scripts",
+exclude_patterns = ["_build", "_generated", "jupyter_execute", "**.ipynb_checkpoints", "scripts",
                     "_templates"]
 source_suffix = {".rst": "restructuredtext", ".md": "myst-nb", ".ipynb": "myst-nb"}
 templates_path = ["_templates"]
