@@ -20,7 +20,6 @@ import runpy
 DOCS = pathlib.Path(__file__).resolve().parent
 ROOT = DOCS.parent
 
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 # Generated content (docs/_generated, git-ignored): rebuilt on every build.
 for _script in ("make_benchmarks.py", "make_figures.py"):
