@@ -43,6 +43,9 @@ RUN_TITLES = {
     "results_h200_issue9_large":
         "TransformerConv and GATv2Conv (8, 128) on the large graphs (issue 9)",
     "results_h200_attention_minibatch": "GATv2Conv and TransformerConv mini-batch steps (issue 9)",
+    "results_h200_minibatch_all_layers":
+        "Mini-batch steps of all four layers, attention graphs built before the projections "
+        "(issues 5, 7-9)",
 }
 
 
