@@ -193,7 +193,7 @@ def train(impl: str, dataset, data, loader, args, device) -> dict:
                   f"{times[-1]:.1f} ms")
 
     model.eval()
-    full = data.to(device)
+    full = data.clone().to(device)  # Data.to moves in place; the loader samples from data
     with torch.no_grad():
         pred = model(full.x, full.edge_index).argmax(dim=-1)
     acc = {name: float((pred[mask] == full.y[mask]).float().mean())
