@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +36,8 @@ from torch_geometric.utils import scatter
 from pyg_ioaware import ops
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from node_classification import (DATA_ROOT, MIN_ACCURACY, environment,  # noqa: E402
-                                 load_dataset, sync)
+from node_classification import (DATA_ROOT, MIN_ACCURACY, accuracies,  # noqa: E402
+                                 environment, load_dataset, train_full_batch)
 
 MIN_EPOCHS_FOR_CHECK = 20
 
@@ -111,22 +110,8 @@ def run(impl: str, data, num_classes: int, args, device, init_state=None) -> dic
     model.eval()
     with torch.no_grad():
         first_out = model(data.x, data.edge_index)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
-    times = []
-    for _ in range(args.epochs):
-        sync(device)
-        t0 = time.perf_counter()
-        model.train()
-        optimizer.zero_grad()
-        out = model(data.x, data.edge_index)
-        F.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
-        optimizer.step()
-        sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    model.eval()
-    with torch.no_grad():
-        pred = model(data.x, data.edge_index).argmax(dim=-1)
-    test = float((pred[data.test_mask] == data.y[data.test_mask]).float().mean())
+    times, _ = train_full_batch(model, data, args.epochs, device)
+    test = accuracies(model, data)["test"]
     steady = times[1:] or times
     return {"test": test, "mean_ms": sum(steady) / len(steady), "start_state": start_state,
             "first_out": first_out}
