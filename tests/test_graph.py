@@ -3,7 +3,7 @@ import gc
 
 import pytest
 import torch
-from _helpers import random_graph
+from _helpers import PROPERTY_GRAPHS, property_case, random_graph, seed_of
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
@@ -324,6 +324,66 @@ def test_cuda_native_self_loops_equal_the_torch_structure(grouped, monkeypatch):
         for got, want in zip((native.rowptr, native.col, native.row, native.state.edge_origin),
                              reference):
             assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def _layouts(edge_index: torch.Tensor) -> list:
+    """edge_index as given and as a strided view (the rows of an [E, 2] tensor)."""
+    return [edge_index, edge_index.t().contiguous().t()]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS])
+@pytest.mark.parametrize("force_int64", ["0", "1"])
+def test_cuda_native_build_equals_the_cpu_build(name, force_int64, monkeypatch):
+    """The native index statistics and CSR build (grouped input) give the
+    CPU build's structure for every property graph, int32 and int64 input,
+    contiguous and strided, grouped and not; leading, inner and trailing
+    rows without edges included."""
+    monkeypatch.setenv(ENV_FORCE_INT64, force_int64)
+    edge_index, num_src, num_dst = property_case(name, seed_of("native-build", name))
+    grouped = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    for ei in (grouped, edge_index):
+        for dtype in (torch.int32, torch.int64):
+            reference = Graph.from_edge_index(ei.to(dtype), (num_src, num_dst))
+            for layout in _layouts(ei.to(dtype).cuda()):
+                graph = Graph.from_edge_index(layout, (num_src, num_dst))
+                for got, want in ((graph.rowptr, reference.rowptr), (graph.col, reference.col),
+                                  (graph.row, reference.row)):
+                    assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+                assert (graph.edge_perm is None) == (reference.edge_perm is None)
+                if graph.edge_perm is not None:
+                    assert torch.equal(graph.edge_perm.cpu(), reference.edge_perm)
+
+
+@pytest.mark.cuda
+def test_cuda_native_index_statistics():
+    from pyg_ioaware import _native
+
+    gen = torch.Generator().manual_seed(7)
+    for num_edges in (1, 2, 257, 100_000):
+        for dtype in (torch.int32, torch.int64):
+            edge_index = torch.randint(-5, 2**30, (2, num_edges), generator=gen).to(dtype)
+            for grouped in (False, True):
+                ei = edge_index[:, torch.argsort(edge_index[1])] if grouped else edge_index
+                for layout in _layouts(ei.cuda()):
+                    low, high = ei.min(1).values.tolist(), ei.max(1).values.tolist()
+                    in_order = bool((ei[1, 1:] >= ei[1, :-1]).all())
+                    assert _native.edge_index_stats(layout) == (*low, *high, in_order)
+    extreme = torch.tensor([[2**62, 0], [0, 2**63 - 1]], device="cuda")
+    assert _native.edge_index_stats(extreme) == (0, 0, 2**62, 2**63 - 1, True)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bad, match", [
+    (torch.tensor([[0, -1], [1, 2]]), "negative"),
+    (torch.tensor([[0, 1], [-3, 2]]), "negative"),
+    (torch.tensor([[0, 1], [1, 5]]), "out of range"),
+    (torch.tensor([[0, 2**20], [0, 1]]), "out of range"),
+])
+def test_cuda_bad_edge_index(bad, match):
+    for dtype in (torch.int64, torch.int32):
+        with pytest.raises(ValueError, match=match):
+            Graph.from_input(bad.to(dtype).cuda(), num_nodes=3)
 
 
 def test_structure_state_lives_as_long_as_its_rowptr():

@@ -856,3 +856,39 @@ def test_transformer_workspace_sizes():
                         max_hubs_t=2, a=dict(nnz=600))
     # Delta, counters, grad_q per hub (2 x 8 floats), grad_k and grad_v per hub, 2 + 2 entries
     assert status == 0 and both >= 16 + 16 + 2 * 8 * 4 + 2 * 2 * 8 * 4 + 4 * 16
+
+
+@needs_library
+def test_graph_build_entries_check_their_parameters():
+    """pygio_edge_index_stats and pygio_csr_from_grouped refuse, before
+    touching the device, what would make their kernels read or write out of
+    bounds."""
+    def edges(**fields):
+        base = dict(src=16, dst=24, src_stride=1, dst_stride=1, num_edges=4, index_bits=64)
+        base.update(fields)
+        return _native.Edges(**base)
+
+    stats_cases = [
+        (dict(edges=edges(num_edges=0), stats=_int64_at(16)), "num_edges must be positive"),
+        (dict(edges=edges(index_bits=16), stats=_int64_at(16)), "index_bits must be 32 or 64"),
+        (dict(edges=edges(src=None), stats=_int64_at(16)), "src and dst must not be NULL"),
+        (dict(edges=edges(dst_stride=-1), stats=_int64_at(16)), "strides"),
+        (dict(edges=edges()), "stats must not be NULL"),
+    ]
+    for fields, expected in stats_cases:
+        status, message = _call("pygio_edge_index_stats",
+                                _params("pygio_edge_stats_params", **fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+    outputs = dict(out_rowptr=16, out_col=16, out_row=16, out_index_bits=32, num_rows=3)
+    build_cases = [
+        (dict(outputs, out_index_bits=16), "out_index_bits must be 32 or 64"),
+        (dict(outputs, num_rows=-1), "num_rows must be non-negative"),
+        (dict(outputs, num_rows=0), "at least one row"),
+        (dict(outputs, out_rowptr=None), "out_rowptr must not be NULL"),
+        (dict(outputs, out_col=None), "out_col and out_row must not be NULL"),
+    ]
+    for fields, expected in build_cases:
+        status, message = _call("pygio_csr_from_grouped",
+                                _params("pygio_csr_from_grouped_params", edges=edges(),
+                                        **fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)

@@ -74,6 +74,10 @@ size_t pygio_struct_size(int32_t kind) {
     case PYGIO_STRUCT_TRANSFORMER_BACKWARD_PARAMS:
       return sizeof(pygio_transformer_backward_params);
     case PYGIO_STRUCT_TRANSFORMER_ALPHA_PARAMS: return sizeof(pygio_transformer_alpha_params);
+    case PYGIO_STRUCT_EDGES: return sizeof(pygio_edges);
+    case PYGIO_STRUCT_EDGE_STATS_PARAMS: return sizeof(pygio_edge_stats_params);
+    case PYGIO_STRUCT_CSR_FROM_GROUPED_PARAMS: return sizeof(pygio_csr_from_grouped_params);
+    case PYGIO_STRUCT_MEAN_NORM_PARAMS: return sizeof(pygio_mean_norm_params);
     default: return 0;
   }
 }

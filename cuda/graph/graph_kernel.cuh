@@ -1,5 +1,5 @@
 // Graph-structure kernels (contracts in pyg_ioaware.h): PyG's remaining self
-// loops without a sort, and GCN's symmetric normalization of edge values.
+// loops without a sort, and GCN's symmetric and mean aggregation's edge values.
 // Each replaces a dozen or more small torch launches on a new graph.
 #pragma once
 
@@ -61,15 +61,16 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// Weight of entry e for GCN normalization: weight[e], or where there are no
-// weights 1, except a DROPPED_LOOP entry of `origin`, which weighs 0.
-template <typename acc_t>
-__device__ __forceinline__ acc_t gcn_entry_weight(const pygio_gcn_norm_params& p, int64_t e) {
+// Weight of entry e for a normalization (Params: pygio_gcn_norm_params or
+// pygio_mean_norm_params): weight[e], or where there are no weights 1,
+// except a DROPPED_LOOP entry of `origin`, which weighs 0.
+template <typename acc_t, typename Params>
+__device__ __forceinline__ acc_t entry_weight(const Params& p, int64_t e) {
   if (p.weight != nullptr) return static_cast<const acc_t*>(p.weight)[e];
   return acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
 }
 
-// Warp per row: deg(r) = sum of the row's gcn_entry_weight, in scalar_t's
+// Warp per row: deg(r) = sum of the row's entry_weight, in scalar_t's
 // accumulator type; deg_inv_sqrt[r] = deg^-1/2, 0 where deg = 0.
 template <typename Traits, typename scalar_t>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
        r < p.a.num_rows; r += warps_in_grid) {
     acc_t deg = 0;
     for (int64_t e = rowptr[r] + lane; e < rowptr[r + 1]; e += kWarpSize)
-      deg += gcn_entry_weight<acc_t>(p, e);
+      deg += entry_weight<acc_t>(p, e);
     deg = warp_sum(deg);
     if (lane == 0) deg_inv_sqrt[r] = deg == acc_t(0) ? acc_t(0) : acc_t(1) / sqrt(deg);
   }
@@ -103,8 +104,26 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   auto* values = static_cast<scalar_t*>(p.values);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.a.nnz;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const acc_t w = gcn_entry_weight<acc_t>(p, e);
+    const acc_t w = entry_weight<acc_t>(p, e);
     values[e] = DTypeTraits<scalar_t>::store(deg_inv_sqrt[col[e]] * w * deg_inv_sqrt[row[e]]);
+  }
+}
+
+// Thread per entry: values[e] = w_e / max(1, entries of row e).
+template <typename Traits, typename scalar_t>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    mean_values_kernel(const __grid_constant__ pygio_mean_norm_params p) {
+  using index_t = typename Traits::index_t;
+  using acc_t = typename DTypeTraits<scalar_t>::acc;
+  const auto* rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const auto* row = static_cast<const index_t*>(p.row);
+  auto* values = static_cast<scalar_t*>(p.values);
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.a.nnz;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const index_t r = row[e];
+    const acc_t count = static_cast<acc_t>(rowptr[r + 1] - rowptr[r]);
+    values[e] = DTypeTraits<scalar_t>::store(entry_weight<acc_t>(p, e) /
+                                             (count < acc_t(1) ? acc_t(1) : count));
   }
 }
 

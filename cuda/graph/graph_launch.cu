@@ -39,6 +39,17 @@ int launch_gcn_norm(const pygio_gcn_norm_params& p) {
   return PYGIO_OK;
 }
 
+template <typename Traits, typename scalar_t>
+int launch_mean_norm(const pygio_mean_norm_params& p) {
+  unsigned grid = 0;
+  PYGIO_TRY(resident_grid(p.a.nnz, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
+                          p.device, &grid));
+  mean_values_kernel<Traits, scalar_t>
+      <<<grid, Traits::kThreadsPerBlock, 0, static_cast<cudaStream_t>(p.stream)>>>(p);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
 int check_self_loops(const pygio_self_loops_params& p, const char* entry) {
   PYGIO_CHECK_ARG(p.index_bits == 32 || p.index_bits == 64,
                   entry_message(entry, "index_bits must be 32 or 64"));
@@ -62,6 +73,14 @@ int check_gcn_norm(const pygio_gcn_norm_params& p, const char* entry) {
   if (p.a.num_rows == 0) return PYGIO_OK;
   PYGIO_CHECK_ARG(p.deg_inv_sqrt != nullptr,
                   entry_message(entry, "deg_inv_sqrt must not be NULL"));
+  PYGIO_CHECK_ARG(p.a.nnz == 0 || (p.row != nullptr && p.values != nullptr),
+                  entry_message(entry, "row and values must not be NULL"));
+  return PYGIO_OK;
+}
+
+int check_mean_norm(const pygio_mean_norm_params& p, const char* entry) {
+  PYGIO_TRY(check_csr(p.a, entry));
+  PYGIO_TRY(check_dtype(p.dtype, entry));
   PYGIO_CHECK_ARG(p.a.nnz == 0 || (p.row != nullptr && p.values != nullptr),
                   entry_message(entry, "row and values must not be NULL"));
   return PYGIO_OK;
@@ -92,6 +111,21 @@ extern "C" int pygio_gcn_norm(const pygio_gcn_norm_params* params) {
   PYGIO_TRY(PYGIO_DISPATCH_DTYPE(params->dtype, [&] {
     return PYGIO_DISPATCH_INDEX(params->a.index_bits, [&] {
       return launch_gcn_norm<GraphTraits<index_t>, scalar_t>(*params);
+    });
+  }));
+  return ok();
+}
+
+extern "C" int pygio_mean_norm(const pygio_mean_norm_params* params) {
+  using namespace pygio;
+  PYGIO_TRY(check_params(params, __func__));
+  PYGIO_TRY(check_mean_norm(*params, __func__));
+  if (params->a.nnz == 0) return ok();
+  DeviceGuard guard;
+  PYGIO_TRY(guard.set(params->device));
+  PYGIO_TRY(PYGIO_DISPATCH_DTYPE(params->dtype, [&] {
+    return PYGIO_DISPATCH_INDEX(params->a.index_bits, [&] {
+      return launch_mean_norm<GraphTraits<index_t>, scalar_t>(*params);
     });
   }));
   return ok();

@@ -6,7 +6,7 @@
  * before any call; the checks here only keep a wrong call from reading
  * garbage.
  *
- * Conventions (ABI version 2):
+ * Conventions (ABI version 3):
  *  - Each kernel entry takes one params struct by pointer: raw device
  *    pointers, int64 sizes, int64 row strides in elements (the leading
  *    dimension of each row-major dense matrix; its inner stride is 1), a
@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 2
+#define PYGIO_ABI_VERSION 3
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -83,6 +83,10 @@ typedef enum {
   PYGIO_STRUCT_TRANSFORMER_PARAMS = 12,
   PYGIO_STRUCT_TRANSFORMER_BACKWARD_PARAMS = 13,
   PYGIO_STRUCT_TRANSFORMER_ALPHA_PARAMS = 14,
+  PYGIO_STRUCT_EDGES = 15,
+  PYGIO_STRUCT_EDGE_STATS_PARAMS = 16,
+  PYGIO_STRUCT_CSR_FROM_GROUPED_PARAMS = 17,
+  PYGIO_STRUCT_MEAN_NORM_PARAMS = 18,
 } pygio_struct_kind;
 
 /*
@@ -355,6 +359,60 @@ typedef struct {
  */
 PYGIO_API int pygio_sddmm(const pygio_sddmm_params* params);
 
+/* ------------------------------------------------ graph from edges ---
+ * A CSR graph by destination from an edge list, in two entries that a new
+ * mini-batch graph calls once each (in place of about a dozen small
+ * launches). The edge list: src[e] and dst[e] (source and destination of
+ * edge e) at src + e * src_stride and dst + e * dst_stride, in index_bits.
+ */
+typedef struct {
+  const void* src;
+  const void* dst;
+  int64_t src_stride;      /* elements between consecutive src entries */
+  int64_t dst_stride;
+  int64_t num_edges;
+  int32_t index_bits;      /* 32 or 64, of src and dst */
+} pygio_edges;
+
+/*
+ * Reads every edge once (enqueued, not waited for) into `stats`, 5 int64 of
+ * device memory: {min src, min dst, ~(max src), ~(max dst), order}, the
+ * maxima bitwise-negated (as the kernel reduces them with atomicMin), order
+ * 0 exactly where some dst is below its predecessor's (the edges are not
+ * grouped by destination, as neighbour samplers emit them). The caller reads
+ * them back (its one host synchronisation). edges.num_edges must be > 0.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_edge_stats_params) */
+  int32_t device;
+  pygio_edges edges;
+  int64_t* stats;
+  void* stream;
+} pygio_edge_stats_params;
+
+PYGIO_API int pygio_edge_index_stats(const pygio_edge_stats_params* params);
+
+/*
+ * For edges grouped by destination (dst non-decreasing) with every dst in
+ * [0, num_rows), as pygio_edge_index_stats established: out_col[e] = src[e],
+ * out_row[e] = dst[e] (num_edges entries each) and out_rowptr[r] = the first
+ * e with dst[e] >= r, or num_edges where there is none (num_rows + 1
+ * entries), all in out_index_bits.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_csr_from_grouped_params) */
+  int32_t device;
+  pygio_edges edges;
+  int64_t num_rows;
+  int32_t out_index_bits;  /* 32 or 64 */
+  void* out_rowptr;
+  void* out_col;
+  void* out_row;
+  void* stream;
+} pygio_csr_from_grouped_params;
+
+PYGIO_API int pygio_csr_from_grouped(const pygio_csr_from_grouped_params* params);
+
 /* ------------------------------------------------------ graph structure ---
  * PyG's remaining self loops, without a sort, on a square CSR graph of
  * num_nodes rows (rowptr, col, and row = the row of every entry; index_bits
@@ -412,6 +470,26 @@ typedef struct {
 } pygio_gcn_norm_params;
 
 PYGIO_API int pygio_gcn_norm(const pygio_gcn_norm_params* params);
+
+/*
+ * Mean aggregation's edge values on a CSR graph A: values[e] = w_e /
+ * max(1, number of entries of row(e)), computed in the accumulator type of
+ * `dtype` and stored in `dtype`; w as in pygio_gcn_norm (weight, or 1 except
+ * origin's -2 entries). row holds the row of every entry.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_mean_norm_params) */
+  int32_t dtype;           /* pygio_dtype of values */
+  int32_t device;
+  pygio_csr a;
+  const void* row;
+  const void* weight;
+  const int64_t* origin;
+  void* values;
+  void* stream;
+} pygio_mean_norm_params;
+
+PYGIO_API int pygio_mean_norm(const pygio_mean_norm_params* params);
 
 /* ---------------------------------------------------- GATv2 attention ---
  * For every destination i (row of a), head h and entry e = (i, j) of row i:

@@ -19,13 +19,13 @@ import os
 import pathlib
 import sys
 import threading
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 2
+ABI_VERSION = 3
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -413,6 +413,64 @@ class GcnNormParams(ctypes.Structure):
     ]
 
 
+class Edges(ctypes.Structure):
+    """Mirror of ``pygio_edges``: an edge list (source and destination rows
+    of an edge_index, strided)."""
+
+    _fields_ = [
+        ("src", ctypes.c_void_p),
+        ("dst", ctypes.c_void_p),
+        ("src_stride", ctypes.c_int64),
+        ("dst_stride", ctypes.c_int64),
+        ("num_edges", ctypes.c_int64),
+        ("index_bits", ctypes.c_int32),
+    ]
+
+
+class EdgeStatsParams(ctypes.Structure):
+    """Mirror of ``pygio_edge_stats_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("edges", Edges),
+        ("stats", ctypes.POINTER(ctypes.c_int64)),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class CsrFromGroupedParams(ctypes.Structure):
+    """Mirror of ``pygio_csr_from_grouped_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("edges", Edges),
+        ("num_rows", ctypes.c_int64),
+        ("out_index_bits", ctypes.c_int32),
+        ("out_rowptr", ctypes.c_void_p),
+        ("out_col", ctypes.c_void_p),
+        ("out_row", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class MeanNormParams(ctypes.Structure):
+    """Mirror of ``pygio_mean_norm_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("row", ctypes.c_void_p),
+        ("weight", ctypes.c_void_p),
+        ("origin", ctypes.POINTER(ctypes.c_int64)),
+        ("values", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 # Every exported entry: (argument types, return type), as in pyg_ioaware.h
 # (tests/test_native_abi.py checks the two against each other).
 _SIGNATURES = {
@@ -433,6 +491,9 @@ _SIGNATURES = {
     "pygio_sddmm": ([ctypes.POINTER(SddmmParams)], ctypes.c_int),
     "pygio_csr_add_self_loops": ([ctypes.POINTER(SelfLoopsParams)], ctypes.c_int),
     "pygio_gcn_norm": ([ctypes.POINTER(GcnNormParams)], ctypes.c_int),
+    "pygio_mean_norm": ([ctypes.POINTER(MeanNormParams)], ctypes.c_int),
+    "pygio_edge_index_stats": ([ctypes.POINTER(EdgeStatsParams)], ctypes.c_int),
+    "pygio_csr_from_grouped": ([ctypes.POINTER(CsrFromGroupedParams)], ctypes.c_int),
     "pygio_minmax_workspace_size": (
         [ctypes.POINTER(MinmaxParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "pygio_minmax": ([ctypes.POINTER(MinmaxParams)], ctypes.c_int),
@@ -939,3 +1000,52 @@ def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
                            deg_inv_sqrt=deg_inv_sqrt.data_ptr(), values=values.data_ptr(),
                            stream=stream_of(rowptr))
     check(library().pygio_gcn_norm(ctypes.byref(params)))
+
+
+def mean_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
+              origin: Optional[Tensor], num_cols: int, values: Tensor) -> None:
+    """Enqueues mean aggregation's edge values of a CSR graph into ``values``
+    (contract: pygio_mean_norm in pyg_ioaware.h)."""
+    params = MeanNormParams(struct_size=ctypes.sizeof(MeanNormParams),
+                            dtype=_dtype_code(values.dtype), device=rowptr.device.index,
+                            a=_csr(rowptr, col, num_cols), row=row.data_ptr(),
+                            weight=pointer(weight), origin=_int64_pointer(origin),
+                            values=values.data_ptr(), stream=stream_of(rowptr))
+    check(library().pygio_mean_norm(ctypes.byref(params)))
+
+
+def _edges(edge_index: Tensor) -> Edges:
+    """A ``pygio_edges`` over edge_index [2, E] (int32 or int64, any strides)."""
+    src_stride = edge_index.stride(1)
+    return Edges(src=edge_index.data_ptr(),
+                 dst=edge_index.data_ptr() + edge_index.stride(0) * edge_index.element_size(),
+                 src_stride=src_stride, dst_stride=src_stride, num_edges=edge_index.size(1),
+                 index_bits=index_bits(edge_index.dtype))
+
+
+def edge_index_stats(edge_index: Tensor) -> Tuple[int, int, int, int, bool]:
+    """(min src, min dst, max src, max dst, grouped by destination) of a
+    CUDA edge_index [2, E] with E > 0: one pass, read back in one host
+    synchronisation (contract: pygio_edge_index_stats)."""
+    stats = torch.empty(5, dtype=torch.int64, device=edge_index.device)
+    params = EdgeStatsParams(struct_size=ctypes.sizeof(EdgeStatsParams),
+                             device=edge_index.device.index, edges=_edges(edge_index),
+                             stats=_int64_pointer(stats), stream=stream_of(edge_index))
+    check(library().pygio_edge_index_stats(ctypes.byref(params)))
+    min_src, min_dst, not_max_src, not_max_dst, order = stats.tolist()
+    return min_src, min_dst, ~not_max_src, ~not_max_dst, order != 0
+
+
+def csr_from_grouped(edge_index: Tensor, num_rows: int, rowptr: Tensor, col: Tensor,
+                     row: Tensor) -> None:
+    """Enqueues the CSR of an edge_index grouped by destination, its range
+    checked, into rowptr / col / row (one index dtype; contract:
+    pygio_csr_from_grouped)."""
+    if not rowptr.dtype == col.dtype == row.dtype:
+        raise TypeError("csr_from_grouped: rowptr, col and row must share one index dtype")
+    params = CsrFromGroupedParams(struct_size=ctypes.sizeof(CsrFromGroupedParams),
+                                  device=edge_index.device.index, edges=_edges(edge_index),
+                                  num_rows=num_rows, out_index_bits=index_bits(rowptr.dtype),
+                                  out_rowptr=rowptr.data_ptr(), out_col=col.data_ptr(),
+                                  out_row=row.data_ptr(), stream=stream_of(edge_index))
+    check(library().pygio_csr_from_grouped(ctypes.byref(params)))

@@ -318,7 +318,16 @@ class Graph:
         index_dtype = _index_dtype(num_src, num_dst, edge_index.size(1))
         src, dst = edge_index[0], edge_index[1]
         edge_perm = None
-        if grouped:
+        if grouped and _native_build(edge_index) and (
+                index_dtype != edge_index.dtype or not dst.is_contiguous()):
+            # One launch for rowptr, col and row (the torch ops below take five).
+            rowptr = torch.empty(num_dst + 1, dtype=index_dtype, device=edge_index.device)
+            col = torch.empty(edge_index.size(1), dtype=index_dtype, device=edge_index.device)
+            row = torch.empty_like(col)
+            _native.csr_from_grouped(edge_index, num_dst, rowptr, col, row)
+            return cls(rowptr=rowptr, col=col, row=row, num_src=num_src, num_dst=num_dst,
+                       input_values=input_values)
+        if grouped:  # int64 rows kept as they are, without a copy
             row = dst.to(index_dtype).contiguous()
             col = src.to(index_dtype).contiguous()
         else:
@@ -575,9 +584,17 @@ def _index_dtype(num_src: int, num_dst: int, num_edges: int) -> torch.dtype:
     return torch.int32 if max(num_src, num_dst, num_edges) <= INT32_LIMIT else torch.int64
 
 
+def _native_build(edge_index: Tensor) -> bool:
+    """True where the native library builds this edge_index's Graph (CUDA)."""
+    return edge_index.is_cuda and _native.library() is not None
+
+
 def _index_stats(edge_index: Tensor) -> Tuple[list, list, bool]:
     """([min src, min dst], [max src, max dst], destinations non-decreasing),
-    read back in one host synchronisation."""
+    read back in one host synchronisation (one native pass on CUDA)."""
+    if _native_build(edge_index):
+        min_src, min_dst, max_src, max_dst, grouped = _native.edge_index_stats(edge_index)
+        return [min_src, min_dst], [max_src, max_dst], grouped
     low, high = torch.aminmax(edge_index, dim=1)
     dst = edge_index[1]
     unsorted = (dst[1:] < dst[:-1]).any().to(low.dtype).unsqueeze(0)

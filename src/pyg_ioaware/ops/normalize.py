@@ -108,9 +108,11 @@ def _compute_cached(graph: Graph, mode: str, dtype: torch.dtype) -> EdgeValues:
 def _compute(graph: Graph, weight_csr: Optional[Tensor], mode: str,
              dtype: torch.dtype) -> Tensor:
     acc = accumulator_dtype(dtype)
-    if mode == "gcn" and not graph.is_bipartite and native_ready(graph.device) and (
-            weight_csr is None or not weight_csr.requires_grad):
-        return _gcn_native(graph, weight_csr, dtype, acc)
+    if native_ready(graph.device) and (weight_csr is None or not weight_csr.requires_grad):
+        if mode == "gcn" and not graph.is_bipartite:
+            return _gcn_native(graph, weight_csr, dtype, acc)
+        if mode == "mean":
+            return _mean_native(graph, weight_csr, dtype, acc)
     if weight_csr is not None:
         weight = weight_csr.to(acc)
     elif graph.state.edge_origin is not None:  # a self-loop graph: dropped loops weigh 0
@@ -140,4 +142,15 @@ def _gcn_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
     weight = None if weight_csr is None else weight_csr.to(acc).contiguous()
     _native.gcn_norm(graph.rowptr, graph.col, graph.row, weight, graph.state.edge_origin,
                      deg_inv_sqrt, values)
+    return values
+
+
+def _mean_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
+                 acc: torch.dtype) -> Tensor:
+    """"mean" values in one native launch: the same formula as _compute, in
+    place of about six torch launches."""
+    values = torch.empty(graph.num_edges, dtype=dtype, device=graph.device)
+    weight = None if weight_csr is None else weight_csr.to(acc).contiguous()
+    _native.mean_norm(graph.rowptr, graph.col, graph.row, weight, graph.state.edge_origin,
+                      graph.num_src, values)
     return values

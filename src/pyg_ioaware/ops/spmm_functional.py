@@ -9,7 +9,7 @@ features.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
