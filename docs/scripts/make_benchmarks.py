@@ -46,6 +46,9 @@ RUN_TITLES = {
     "results_h200_minibatch_all_layers":
         "Mini-batch steps of all four layers, attention graphs built before the projections "
         "(issues 5, 7-9)",
+    "results_h200_native_graph_build_minibatch":
+        "Mini-batch steps after the native graph build and mean values, 40 steps per median "
+        "(issue 5)",
 }
 
 
