@@ -15,6 +15,15 @@ __device__ __forceinline__ T warp_sum(T v) {
   return v;
 }
 
+// Minimum of `v` over the warp's 32 lanes, valid in every lane (all lanes
+// active).
+template <typename T>
+__device__ __forceinline__ T warp_min(T v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
+    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
 // How a warp covers a row: `lanes` (a power of two) lanes span kPieces *
 // lanes pieces of the row; the warp's 32 / lanes sub-groups take every
 // (32 / lanes)-th entry and are summed with shuffles at the end.

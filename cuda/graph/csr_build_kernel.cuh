@@ -23,12 +23,6 @@ __device__ __forceinline__ long long edge_entry(const void* base, int64_t stride
   return static_cast<long long>(static_cast<const index_t*>(base)[e * stride]);
 }
 
-__device__ __forceinline__ long long warp_min(long long v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
-    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
 // Grid-stride over the edges; each block reduces its threads' stats in
 // shared memory and merges them into p.stats with one atomicMin per slot.
 template <typename Traits>
