@@ -142,3 +142,17 @@ def assert_runs_match(ours, ref, tol, zero_grads=()):
                 assert grad.double().norm() < tol * scale, name
         else:
             assert relative_error(ours[3][name], ref[3][name]) < tol, name
+
+
+def count_syncs(fn):
+    """Host synchronisations torch reports while ``fn`` runs (CUDA)."""
+    import warnings
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return sum("synchroniz" in str(w.message) for w in caught)

@@ -3,7 +3,7 @@ import gc
 
 import pytest
 import torch
-from _helpers import PROPERTY_GRAPHS, property_case, random_graph, seed_of
+from _helpers import PROPERTY_GRAPHS, count_syncs, property_case, random_graph, seed_of
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
@@ -260,20 +260,6 @@ def test_bad_inputs_of_other_kinds():
     with pytest.raises(ValueError, match="square"):
         Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=(3, 2)) \
             .with_remaining_self_loops()
-
-
-def count_syncs(fn):
-    """Host synchronisations torch reports while ``fn`` runs (CUDA)."""
-    import warnings
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("warn")
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            fn()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
 
 
 @pytest.mark.cuda

@@ -3,6 +3,7 @@ graph, seed nodes come first, fanouts are respected, and the loader picks
 PyG's sampler only where it can sample."""
 import pytest
 import torch
+from _helpers import count_syncs
 from torch_geometric.data import Data
 
 from pyg_ioaware.loader import NeighborSampler, neighbor_loader, pyg_sampler_available
@@ -101,3 +102,18 @@ def test_samples_on_the_gpu_like_on_the_cpu():
 def test_pyg_sampler_is_cpu_only():
     with pytest.raises(ValueError, match="samples on the CPU"):
         neighbor_loader(make_graph(), [2], 8, sampler="pyg", device="cuda")
+
+
+@pytest.mark.cuda
+def test_gpu_sampling_reads_back_two_sizes_per_hop():
+    """A hop on the GPU waits for the host twice: the candidate and kept
+    edge counts (read together), then the new nodes. Node attributes on the
+    CPU add one copy of n_id, whatever their number."""
+    data = make_graph(seed=6)
+    seeds = torch.tensor([7, 3, 11], device="cuda")
+    for attributes_on, copies in (("cuda", 0), ("cpu", 1)):
+        placed = data.clone().to(attributes_on, "x", "y", "train_mask")
+        sampler = NeighborSampler(placed, [4, 2, -1], 16, device="cuda",
+                                  generator=torch.Generator("cuda").manual_seed(0))
+        sampler.sample(seeds)  # warm-up
+        assert count_syncs(lambda: sampler.sample(seeds)) == 2 * 3 + copies

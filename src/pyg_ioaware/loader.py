@@ -145,7 +145,7 @@ class NeighborSampler:
         for k in self.num_neighbors:
             edge, owner = self._sample_hop(frontier, k)
             source = self.sources[edge]
-            new = torch.unique(source[local[source] < 0])
+            new = self._new_nodes(source, local)
             local[new] = torch.arange(new.numel(), device=self.device) + num_known
             num_known += new.numel()
             sources.append(local[source])
@@ -158,26 +158,46 @@ class NeighborSampler:
                      n_id=n_id_all, batch_size=seeds.numel(),
                      num_sampled_nodes=[t.numel() for t in n_id],
                      num_sampled_edges=num_sampled_edges)
+        n_id_on = {n_id_all.device: n_id_all}  # copied once per device holding attributes
         for key, value in self.data.items():
             if key != "edge_index" and isinstance(value, Tensor) and \
                     self.data.is_node_attr(key):
-                batch[key] = value[n_id_all.to(value.device)]
+                if value.device not in n_id_on:
+                    n_id_on[value.device] = n_id_all.to(value.device)
+                batch[key] = value[n_id_on[value.device]]
         return batch
+
+    def _new_nodes(self, source: Tensor, local: Tensor) -> Tensor:
+        """The distinct nodes of ``source`` not yet in the batch (``local``
+        -1), ascending: a mark per node and one nonzero (one host read; a
+        boolean mask and torch.unique take two and a sort)."""
+        mark = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
+        mark[source] = local[source] < 0
+        return mark.nonzero().view(-1)
 
     def _sample_hop(self, frontier: Tensor, k: int):
         """(CSR positions of the sampled edges, index into ``frontier`` of the
-        node each was sampled for): up to ``k`` incoming edges per node."""
+        node each was sampled for): up to ``k`` incoming edges per node. The
+        sizes of the candidate and the kept edges are read back together
+        (one host read), so no step below waits for a size of its own."""
         start = self.rowptr[frontier]
         degree = self.rowptr[frontier + 1] - start
-        owner = torch.repeat_interleave(torch.arange(frontier.numel(), device=self.device), degree)
-        first_of_owner = torch.repeat_interleave(degree.cumsum(0) - degree, degree)
-        offset = torch.arange(owner.numel(), device=self.device) - first_of_owner
-        if k >= 0:
-            # A random order within each node's edges; keep the first k.
-            keys = owner.double() + torch.rand(owner.numel(), dtype=torch.double,
-                                               generator=self.generator, device=self.device)
-            order = torch.argsort(keys)
-            owner, offset = owner[order], offset[order]
-            keep = torch.arange(owner.numel(), device=self.device) - first_of_owner < k
-            owner, offset = owner[keep], offset[keep]
-        return start[owner] + offset, owner
+        kept_degree = degree if k < 0 else degree.clamp(max=k)
+        total, kept = torch.stack([degree.sum(), kept_degree.sum()]).tolist()
+        nodes = torch.arange(frontier.numel(), device=self.device)
+        before = degree.cumsum(0) - degree  # a node's first candidate edge
+        owner = torch.repeat_interleave(nodes, degree, output_size=total)
+        offset = torch.arange(total, device=self.device) - \
+            torch.repeat_interleave(before, degree, output_size=total)
+        if k < 0:
+            return start[owner] + offset, owner
+        # A random order within each node's edges; keep the first k, which
+        # after the sort are each node's first kept_degree positions.
+        keys = owner.double() + torch.rand(total, dtype=torch.double,
+                                           generator=self.generator, device=self.device)
+        order = torch.argsort(keys)
+        kept_owner = torch.repeat_interleave(nodes, kept_degree, output_size=kept)
+        kept_before = kept_degree.cumsum(0) - kept_degree
+        position = before[kept_owner] + torch.arange(kept, device=self.device) - \
+            kept_before[kept_owner]
+        return start[kept_owner] + offset[order[position]], kept_owner
