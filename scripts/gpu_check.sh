@@ -38,7 +38,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 STAGES=${STAGES:-"tests memcheck bench"}
-SANITIZER_TESTS=${SANITIZER_TESTS:-"sanitizer or small or (property_sample and (fp32 or bf16)) or native_self_loops"}
+SANITIZER_TESTS=${SANITIZER_TESTS:-"sanitizer or small or (property_sample and (fp32 or bf16)) or native_self_loops or native_transpose"}
 # API errors are not reported: torch itself makes CUDA calls that fail on
 # purpose (probing), which would read as errors. Kernel memory errors are.
 SANITIZER_FLAGS=${SANITIZER_FLAGS:-"--tool memcheck --error-exitcode 86 --report-api-errors no"}

@@ -892,3 +892,33 @@ def test_graph_build_entries_check_their_parameters():
                                 _params("pygio_csr_from_grouped_params", edges=edges(),
                                         **fields))
         assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+
+
+@needs_library
+def test_csr_transpose_checks_its_parameters():
+    """pygio_csr_transpose refuses, before touching the device, what would
+    make its kernels or its sort read or write out of bounds; an empty
+    matrix needs no workspace (and no device to size one)."""
+    csr = dict(num_rows=2, num_cols=3, nnz=4, rowptr=16, col=16, index_bits=32)
+    outputs = dict(row=16, out_rowptr=16, out_col=16, out_row=16, out_perm=16, workspace=16)
+    cases = [
+        (dict(outputs, a=dict(csr, index_bits=16)), "index_bits must be 32 or 64"),
+        (dict(outputs, a=dict(csr, nnz=-1)), "non-negative"),
+        (dict(outputs, a=dict(csr, col=None)), "must not be NULL"),
+        (dict(outputs, a=csr, out_rowptr=None), "out_rowptr must not be NULL"),
+        (dict(outputs, a=csr, row=None), "row must not be NULL"),
+        (dict(outputs, a=csr, out_perm=None), "out_col, out_row and out_perm"),
+        (dict(outputs, a=csr, workspace=None), "workspace must be a 16-byte aligned"),
+        (dict(outputs, a=csr, workspace=24), "workspace must be a 16-byte aligned"),
+    ]
+    for fields, expected in cases:
+        fields = dict(fields, a=_native.Csr(**fields["a"]))
+        status, message = _call("pygio_csr_transpose",
+                                _params("pygio_csr_transpose_params", **fields))
+        assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+    empty = _params("pygio_csr_transpose_params",
+                    a=_native.Csr(**dict(csr, nnz=0, col=None)), out_rowptr=16)
+    size = ctypes.c_size_t(123)
+    assert _native.library().pygio_csr_transpose_workspace_size(
+        ctypes.byref(empty), ctypes.byref(size)) == 0
+    assert size.value == 0

@@ -6,7 +6,7 @@
  * before any call; the checks here only keep a wrong call from reading
  * garbage.
  *
- * Conventions (ABI version 3):
+ * Conventions (ABI version 4):
  *  - Each kernel entry takes one params struct by pointer: raw device
  *    pointers, int64 sizes, int64 row strides in elements (the leading
  *    dimension of each row-major dense matrix; its inner stride is 1), a
@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 3
+#define PYGIO_ABI_VERSION 4
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -87,6 +87,7 @@ typedef enum {
   PYGIO_STRUCT_EDGE_STATS_PARAMS = 16,
   PYGIO_STRUCT_CSR_FROM_GROUPED_PARAMS = 17,
   PYGIO_STRUCT_MEAN_NORM_PARAMS = 18,
+  PYGIO_STRUCT_CSR_TRANSPOSE_PARAMS = 19,
 } pygio_struct_kind;
 
 /*
@@ -490,6 +491,34 @@ typedef struct {
 } pygio_mean_norm_params;
 
 PYGIO_API int pygio_mean_norm(const pygio_mean_norm_params* params);
+
+/*
+ * The CSR^T of a CSR matrix A (a.num_cols columns): A's entries ordered by
+ * column, and within a column by their position in A (a stable sort by
+ * column, so the result is deterministic). out_row [nnz]: the column of
+ * every CSR^T entry (non-decreasing); out_perm [nnz]: its position in A;
+ * out_col [nnz]: its row of A (row[out_perm[i]]); out_rowptr [num_cols + 1]:
+ * the first CSR^T position of each column, nnz where there is none. `row`
+ * holds the row of every entry of A. Every index in a.index_bits.
+ * workspace: pygio_csr_transpose_workspace_size bytes, 16-byte aligned
+ * (scratch of the sort; NULL allowed where that size is 0).
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_csr_transpose_params) */
+  int32_t device;
+  pygio_csr a;
+  const void* row;
+  void* out_rowptr;
+  void* out_col;
+  void* out_row;
+  void* out_perm;
+  void* workspace;
+  void* stream;
+} pygio_csr_transpose_params;
+
+PYGIO_API int pygio_csr_transpose_workspace_size(const pygio_csr_transpose_params* params,
+                                                 size_t* bytes);
+PYGIO_API int pygio_csr_transpose(const pygio_csr_transpose_params* params);
 
 /* ---------------------------------------------------- GATv2 attention ---
  * For every destination i (row of a), head h and entry e = (i, j) of row i:

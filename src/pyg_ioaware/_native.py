@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 3
+ABI_VERSION = 4
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -471,6 +471,23 @@ class MeanNormParams(ctypes.Structure):
     ]
 
 
+class CsrTransposeParams(ctypes.Structure):
+    """Mirror of ``pygio_csr_transpose_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("a", Csr),
+        ("row", ctypes.c_void_p),
+        ("out_rowptr", ctypes.c_void_p),
+        ("out_col", ctypes.c_void_p),
+        ("out_row", ctypes.c_void_p),
+        ("out_perm", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 # Every exported entry: (argument types, return type), as in pyg_ioaware.h
 # (tests/test_native_abi.py checks the two against each other).
 _SIGNATURES = {
@@ -494,6 +511,9 @@ _SIGNATURES = {
     "pygio_mean_norm": ([ctypes.POINTER(MeanNormParams)], ctypes.c_int),
     "pygio_edge_index_stats": ([ctypes.POINTER(EdgeStatsParams)], ctypes.c_int),
     "pygio_csr_from_grouped": ([ctypes.POINTER(CsrFromGroupedParams)], ctypes.c_int),
+    "pygio_csr_transpose_workspace_size": (
+        [ctypes.POINTER(CsrTransposeParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_csr_transpose": ([ctypes.POINTER(CsrTransposeParams)], ctypes.c_int),
     "pygio_minmax_workspace_size": (
         [ctypes.POINTER(MinmaxParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "pygio_minmax": ([ctypes.POINTER(MinmaxParams)], ctypes.c_int),
@@ -1049,3 +1069,24 @@ def csr_from_grouped(edge_index: Tensor, num_rows: int, rowptr: Tensor, col: Ten
                                   out_rowptr=rowptr.data_ptr(), out_col=col.data_ptr(),
                                   out_row=row.data_ptr(), stream=stream_of(edge_index))
     check(library().pygio_csr_from_grouped(ctypes.byref(params)))
+
+
+def csr_transpose(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int, out_rowptr: Tensor,
+                  out_col: Tensor, out_row: Tensor, out_perm: Tensor) -> None:
+    """Enqueues the CSR^T of the CSR matrix (rowptr, col) with ``num_cols``
+    columns, ``row`` the row of every entry, into the out_* tensors
+    (contract: pygio_csr_transpose in pyg_ioaware.h; one index dtype for all
+    of them). Allocates the sort's workspace from torch's caching allocator."""
+    if any(t.dtype != rowptr.dtype for t in (col, row, out_rowptr, out_col, out_row, out_perm)):
+        raise TypeError("csr_transpose: every index tensor must share one dtype")
+    lib = library()
+    params = CsrTransposeParams(struct_size=ctypes.sizeof(CsrTransposeParams),
+                                device=rowptr.device.index, a=_csr(rowptr, col, num_cols),
+                                row=row.data_ptr(), out_rowptr=out_rowptr.data_ptr(),
+                                out_col=out_col.data_ptr(), out_row=out_row.data_ptr(),
+                                out_perm=out_perm.data_ptr(), stream=stream_of(rowptr))
+    size = ctypes.c_size_t()
+    check(lib.pygio_csr_transpose_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    workspace = _workspace(size, rowptr.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_csr_transpose(ctypes.byref(params)))

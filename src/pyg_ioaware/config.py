@@ -2,10 +2,12 @@
 
 ``spmm_backward``: how SpMM's backward computes dX = A^T dY.
     ``"auto"`` (default): a graph's first backward pass runs a transposed
-    SpMM over A's CSR (ours, or cuSPARSE's on large graphs), so a graph used for one training step
-    (a mini-batch) never pays for a CSR^T; a later backward pass over the
-    same Graph (the graph is reused) builds the CSR^T once and runs a plain
-    SpMM over it from then on. With torch.use_deterministic_algorithms(True)
+    SpMM over A's CSR (ours, or cuSPARSE's on large graphs) where it is
+    small, so a small graph used for one training step (a mini-batch) never
+    pays for a CSR^T; a transposed SpMM of at least
+    ``ops.spmm.LazyTranspose.MATERIALIZE_WORK`` entries x width, or a later
+    backward pass over the same Graph (the graph is reused), builds the
+    CSR^T once and runs a plain SpMM over it from then on. With torch.use_deterministic_algorithms(True)
     it behaves as "materialized". Traced by torch.compile, it uses the
     CSR^T where the Graph already has one (an eager step built it, or
     ``graph.transpose`` was read), else the transposed SpMM.

@@ -340,10 +340,20 @@ class Graph:
     # ------------------------------------------------------- derived views
     @torch.compiler.disable
     def _build_transpose(self) -> Transpose:
-        sources, perm = torch.sort(self.col, stable=True)
-        perm = perm.to(self.index_dtype)
-        transpose = Transpose(rowptr=mark_static(_rowptr(sources, self.num_src)),
-                              col=mark_static(self.row[perm]), row=sources, perm=perm)
+        """One stable sort of the entries by source: natively on CUDA (one
+        call: the sort limited to the sources' bits and one gather kernel),
+        else torch.sort and gathers; the same result either way."""
+        if self.device.type == "cuda" and _native.library() is not None:
+            rowptr = torch.empty(self.num_src + 1, dtype=self.index_dtype, device=self.device)
+            col, sources, perm = (torch.empty_like(self.col) for _ in range(3))
+            _native.csr_transpose(self.rowptr, self.col, self.row, self.num_src, rowptr, col,
+                                  sources, perm)
+        else:
+            sources, perm = torch.sort(self.col, stable=True)
+            perm = perm.to(self.index_dtype)
+            rowptr, col = _rowptr(sources, self.num_src), self.row[perm]
+        transpose = Transpose(rowptr=mark_static(rowptr), col=mark_static(col), row=sources,
+                              perm=perm)
         trust_csr(transpose.rowptr, transpose.col, self.num_dst)
         return transpose
 

@@ -430,6 +430,26 @@ def test_auto_backward_builds_the_transpose_only_for_a_reused_graph():
     assert fresh.state.transpose is not None  # deterministic: always the CSR^T
 
 
+def test_auto_backward_builds_the_transpose_for_a_large_transposed_spmm(monkeypatch):
+    """A transposed SpMM of MATERIALIZE_WORK entries x width or more runs
+    over a CSR^T even in a graph's first backward pass, with the same
+    gradient; below it, the first pass builds none."""
+    from pyg_ioaware.ops.spmm import LazyTranspose
+
+    edge_index = random_graph(50, 50, 400, seed=29)
+    work = edge_index.size(1) * 6  # the graph's entries x width
+    x = torch.randn(50, 6, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(50, 6, dtype=torch.float64)
+    grads = {}
+    for threshold in (work + 1, work):
+        monkeypatch.setattr(LazyTranspose, "MATERIALIZE_WORK", threshold)
+        graph = Graph.from_edge_index(edge_index, 50)
+        grads[threshold] = torch.autograd.grad(ops.aggregate(x, graph, "mean"), x, g)[0]
+        assert (graph.state.transpose is not None) == (threshold == work)
+    first, second = grads.values()
+    assert relative_error(first, second) < 1e-12
+
+
 def test_2d_outputs_are_not_views():
     """An in-place bias add on a view of the SpMM output would make backward
     copy the whole output (CopySlices): 2-D results must be plain tensors."""

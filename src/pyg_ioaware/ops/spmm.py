@@ -125,7 +125,7 @@ class SpmmFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         rowptr, col, values, rowptr_t, col_t, values_t, x = ctx.saved_tensors
         if rowptr_t is None and ctx.lazy is not None:
-            rowptr_t, col_t, values_t = ctx.lazy.for_backward()
+            rowptr_t, col_t, values_t = ctx.lazy.for_backward(grad_out.size(1))
         grad_out = grad_out.contiguous()
         grad_x = grad_values = grad_bias = None
         a = (rowptr, col, values, rowptr_t, col_t, values_t)
@@ -157,26 +157,37 @@ def _spmm_no_grad(rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, 
 
 class LazyTranspose:
     """Decides, in backward, whether a Graph's A^T is worth a CSR^T
-    (config.spmm_backward = "auto"): the Graph's first backward pass runs
-    the transposed SpMM over A (a one-step mini-batch graph never pays for a
-    sort); a backward pass of a later autograd run over the same Graph means
-    the graph is reused, so the CSR^T is built once and used from then on.
-    ``edge_values`` (ops.normalize.EdgeValues) carry the values to CSR^T
-    order."""
+    (config.spmm_backward = "auto"). The Graph's first backward pass runs
+    the transposed SpMM over A where it is small (a one-step mini-batch
+    graph pays for no sort); a backward pass of a later autograd run over
+    the same Graph (the graph is reused), or a transposed SpMM of at least
+    MATERIALIZE_WORK entries x width, builds the CSR^T once and runs a
+    plain SpMM over it from then on. ``edge_values``
+    (ops.normalize.EdgeValues) carry the values to CSR^T order."""
+
+    # A transposed SpMM scatters with atomics, two to three times slower than
+    # a plain SpMM over the CSR^T (docs/results.md, kernels alone); from about
+    # this much work one sort (~0.1 ms for 1.4M entries on an H200) costs
+    # less than the difference. The 2-layer large mini-batch (1.4M entries,
+    # widths 256 and 47) measured 8.4 ms a step with the CSR^T against 9.0 ms
+    # with transposed SpMMs; the medium one (210k entries, widths 128 and 47)
+    # is bound by host time, where the transposed SpMM's two launches win.
+    MATERIALIZE_WORK = 1 << 25
 
     def __init__(self, graph, edge_values):
         self.graph = graph
         self.edge_values = edge_values
 
-    def for_backward(self) -> tuple:
-        """(rowptr_t, col_t, values_t), or (None, None, None) for the
-        transposed SpMM."""
+    def for_backward(self, width: int) -> tuple:
+        """(rowptr_t, col_t, values_t) for a backward SpMM of ``width``
+        columns, or (None, None, None) for the transposed SpMM."""
         state = self.graph.state
         if state.transpose is None and not torch.are_deterministic_algorithms_enabled():
             task = torch._C._current_graph_task_id()
             if state.first_backward_task is None:
                 state.first_backward_task = task
-            if state.first_backward_task == task:
+            if (state.first_backward_task == task
+                    and self.graph.num_edges * width < self.MATERIALIZE_WORK):
                 return None, None, None
         t = self.graph.transpose
         return t.rowptr, t.col, self.edge_values.values_t
