@@ -145,14 +145,25 @@ def assert_runs_match(ours, ref, tol, zero_grads=()):
 
 
 def count_syncs(fn):
-    """Host synchronisations torch reports while ``fn`` runs (CUDA)."""
+    """Host synchronisations while ``fn`` runs (CUDA): those torch reports,
+    and waits for a CUDA event (graph.prefetch reads a new graph's index
+    statistics that way)."""
     import warnings
+    event_waits = []
+    wait_for_event = torch.cuda.Event.synchronize
+
+    def counted(event):
+        event_waits.append(event)
+        return wait_for_event(event)
+
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("warn")
+    torch.cuda.Event.synchronize = counted
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             fn()
     finally:
+        torch.cuda.Event.synchronize = wait_for_event
         torch.cuda.set_sync_debug_mode("default")
-    return sum("synchroniz" in str(w.message) for w in caught)
+    return sum("synchroniz" in str(w.message) for w in caught) + len(event_waits)

@@ -297,6 +297,78 @@ def test_cuda_new_graph_attention_step_costs_one_sync(layer):
 
 
 @pytest.mark.cuda
+def test_cuda_prefetch_starts_the_one_read_of_a_new_graph():
+    """graph.prefetch enqueues a new edge_index's statistics; the build then
+    reads them (the one wait) and gives the Graph it gives without; a
+    tensor changed in place since, a cached graph, other inputs and a dead
+    tensor leave nothing behind, and bad indices still raise at the build."""
+    from pyg_ioaware.graph import _STATS_IN_FLIGHT, prefetch
+
+    edge_index = random_graph(300, 300, 3000, seed=36).cuda()
+    reference = Graph.from_edge_index(edge_index, 300)
+    fresh = edge_index.clone()
+    prefetch(fresh, 300)
+    assert id(fresh) in _STATS_IN_FLIGHT
+    assert count_syncs(lambda: Graph.from_input(fresh, num_nodes=300)) == 1
+    graph = Graph.from_input(fresh, num_nodes=300)
+    assert not _STATS_IN_FLIGHT
+    for got, want in ((graph.rowptr, reference.rowptr), (graph.col, reference.col),
+                      (graph.edge_perm, reference.edge_perm)):
+        assert torch.equal(got, want)
+    prefetch(fresh, 300)  # cached: nothing to start
+    prefetch(edge_index.cpu(), 300)
+    prefetch(torch.empty(2, 0, dtype=torch.long, device="cuda"), 300)
+    assert not _STATS_IN_FLIGHT
+
+    changed = edge_index.clone()
+    prefetch(changed, 300)
+    changed[0, 0] = 300  # out of range, written after the statistics were enqueued
+    with pytest.raises(ValueError, match="out of range"):
+        Graph.from_input(changed, num_nodes=300)
+    bad = edge_index.clone()
+    bad[1, 7] = -1
+    prefetch(bad, 300)
+    with pytest.raises(ValueError, match="negative"):
+        Graph.from_input(bad, num_nodes=300)
+    dropped = edge_index.clone()
+    prefetch(dropped, 300)
+    del dropped
+    gc.collect()
+    assert not _STATS_IN_FLIGHT
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("layer", ["GCNConv", "SAGEConv"])
+def test_cuda_layers_prefetch_a_new_graph(layer, monkeypatch):
+    """GCNConv and SAGEConv start a new graph's statistics before their
+    projections and give the same outputs and gradients as without."""
+    import importlib
+
+    import pyg_ioaware.graph
+
+    module = importlib.import_module(
+        "pyg_ioaware.nn." + {"GCNConv": "gcn_conv", "SAGEConv": "sage_conv"}[layer])
+    edge_index = random_graph(500, 500, 5000, seed=37, hub_degree=700).cuda()
+    x = torch.randn(500, 12, device="cuda", requires_grad=True)
+    conv = getattr(module, layer)(12, 8).cuda()
+    started = []
+
+    def counted(*args):
+        started.append(args[0])
+        return pyg_ioaware.graph.prefetch(*args)
+
+    results = []
+    for wrapper in (lambda *args: None, counted):
+        monkeypatch.setattr(module, "prefetch", wrapper)
+        out = conv(x, edge_index.clone())
+        grad, = torch.autograd.grad(out.square().sum(), x)
+        results.append((out, grad))
+    assert len(started) == 1
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("grouped", [False, True])
 def test_cuda_native_self_loops_equal_the_torch_structure(grouped, monkeypatch):
     edge_index = random_graph(300, 300, 3000, seed=34, hub_degree=2000)

@@ -1043,17 +1043,30 @@ def _edges(edge_index: Tensor) -> Edges:
                  index_bits=index_bits(edge_index.dtype))
 
 
-def edge_index_stats(edge_index: Tensor) -> Tuple[int, int, int, int, bool]:
-    """(min src, min dst, max src, max dst, grouped by destination) of a
-    CUDA edge_index [2, E] with E > 0: one pass, read back in one host
-    synchronisation (contract: pygio_edge_index_stats)."""
+def enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
+    """Enqueues one pass over a CUDA edge_index [2, E] with E > 0 and returns
+    its 5 int64 statistics on the device, not yet read (contract:
+    pygio_edge_index_stats; :func:`decode_edge_index_stats` reads them)."""
     stats = torch.empty(5, dtype=torch.int64, device=edge_index.device)
     params = EdgeStatsParams(struct_size=ctypes.sizeof(EdgeStatsParams),
                              device=edge_index.device.index, edges=_edges(edge_index),
                              stats=_int64_pointer(stats), stream=stream_of(edge_index))
     check(library().pygio_edge_index_stats(ctypes.byref(params)))
-    min_src, min_dst, not_max_src, not_max_dst, order = stats.tolist()
+    return stats
+
+
+def decode_edge_index_stats(stats: list) -> Tuple[int, int, int, int, bool]:
+    """(min src, min dst, max src, max dst, grouped by destination) from the
+    5 values of :func:`enqueue_edge_index_stats` read back to the host."""
+    min_src, min_dst, not_max_src, not_max_dst, order = stats
     return min_src, min_dst, ~not_max_src, ~not_max_dst, order != 0
+
+
+def edge_index_stats(edge_index: Tensor) -> Tuple[int, int, int, int, bool]:
+    """(min src, min dst, max src, max dst, grouped by destination) of a
+    CUDA edge_index [2, E] with E > 0: one pass, read back in one host
+    synchronisation."""
+    return decode_edge_index_stats(enqueue_edge_index_stats(edge_index).tolist())
 
 
 def csr_from_grouped(edge_index: Tensor, num_rows: int, rowptr: Tensor, col: Tensor,

@@ -465,6 +465,14 @@ class _GraphCache:
         per_tensor["graphs"][(version, num_nodes, variant)] = graph
         return graph
 
+    def contains(self, adj: Any, num_nodes: NumNodes, variant: str = "") -> bool:
+        """Whether lookup(adj, num_nodes, ..., variant) would find a graph."""
+        per_tensor = self._entries.get(id(adj))
+        if isinstance(num_nodes, list):
+            num_nodes = tuple(num_nodes)
+        return (per_tensor is not None and per_tensor["ref"]() is adj
+                and (_version_of(adj), num_nodes, variant) in per_tensor["graphs"])
+
     def _forget(self, key: int) -> Callable[[Any], None]:
         def callback(ref: Any) -> None:
             entry = self._entries.get(key)
@@ -502,6 +510,71 @@ def clear_graph_cache() -> None:
     frees the memory of those whose tensors are still alive. The next call
     on such a tensor builds its Graph again."""
     _GRAPH_CACHE.clear()
+
+
+# ------------------------------------------ index statistics in flight
+class _StatsInFlight:
+    """The index statistics of a new CUDA edge_index on their way to the
+    host (:func:`prefetch`): pinned host memory and the event after the
+    copy into it."""
+    __slots__ = ("tensor", "version", "host", "copied")
+
+    def __init__(self, edge_index: Tensor):
+        self.tensor = weakref.ref(edge_index, _forget_stats_in_flight(id(edge_index)))
+        self.version = edge_index._version
+        stats = _native.enqueue_edge_index_stats(edge_index)
+        self.host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
+        self.host.copy_(stats, non_blocking=True)
+        self.copied = torch.cuda.Event()
+        self.copied.record(torch.cuda.current_stream(edge_index.device))
+
+    def read(self) -> Tuple[int, int, int, int, bool]:
+        """The statistics, as _native.edge_index_stats gives them (waits for
+        the copy: the build's one host synchronisation, now without the work
+        enqueued after it)."""
+        self.copied.synchronize()
+        return _native.decode_edge_index_stats(self.host.tolist())
+
+
+# id(edge_index) -> its statistics in flight, taken by the Graph build.
+_STATS_IN_FLIGHT: Dict[int, _StatsInFlight] = {}
+
+
+def prefetch(adj: Any, num_nodes: NumNodes = None) -> None:
+    """Starts the one host read of building the Graph of ``adj`` (a CUDA
+    edge_index the cache has not seen with these node counts): its index
+    statistics are computed and copied to the host without waiting. A layer
+    calls this before work that needs no graph (its projections), then
+    :meth:`Graph.from_input`: the build waits only for the copy, while the
+    GPU runs what was enqueued after it, so a new graph no longer leaves
+    the GPU idle while the host builds it. Anything else (a cached graph,
+    other inputs, torch.compile, CUDA-graph capture) is left to
+    :meth:`Graph.from_input` as it is."""
+    if (type(adj) is not Tensor or not adj.is_cuda or adj.dim() != 2 or adj.size(0) != 2
+            or adj.size(1) == 0 or adj.dtype not in (torch.int32, torch.int64)
+            or torch.compiler.is_compiling() or _native.library() is None
+            or _GRAPH_CACHE.contains(adj, num_nodes)
+            or torch.cuda.is_current_stream_capturing()):
+        return
+    _STATS_IN_FLIGHT[id(adj)] = _StatsInFlight(adj)
+
+
+def _take_stats_in_flight(edge_index: Tensor) -> Optional[_StatsInFlight]:
+    """The statistics :func:`prefetch` started for this very tensor, unless
+    it changed since (then None)."""
+    in_flight = _STATS_IN_FLIGHT.pop(id(edge_index), None)
+    if (in_flight is None or in_flight.tensor() is not edge_index
+            or in_flight.version != edge_index._version):
+        return None
+    return in_flight
+
+
+def _forget_stats_in_flight(key: int) -> Callable[[weakref.ref], None]:
+    def callback(ref: weakref.ref) -> None:
+        in_flight = _STATS_IN_FLIGHT.get(key)
+        if in_flight is not None and in_flight.tensor is ref:
+            del _STATS_IN_FLIGHT[key]
+    return callback
 
 
 # ------------------------------------------- CSR structures known valid
@@ -603,7 +676,9 @@ def _index_stats(edge_index: Tensor) -> Tuple[list, list, bool]:
     """([min src, min dst], [max src, max dst], destinations non-decreasing),
     read back in one host synchronisation (one native pass on CUDA)."""
     if _native_build(edge_index):
-        min_src, min_dst, max_src, max_dst, grouped = _native.edge_index_stats(edge_index)
+        in_flight = _take_stats_in_flight(edge_index)
+        min_src, min_dst, max_src, max_dst, grouped = (
+            _native.edge_index_stats(edge_index) if in_flight is None else in_flight.read())
         return [min_src, min_dst], [max_src, max_dst], grouped
     low, high = torch.aminmax(edge_index, dim=1)
     dst = edge_index[1]

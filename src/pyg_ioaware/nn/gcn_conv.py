@@ -10,7 +10,7 @@ from torch_geometric.nn.inits import zeros
 from torch_geometric.typing import Adj, OptPairTensor, OptTensor, SparseTensor
 from torch_geometric.utils import spmm
 
-from ..graph import Graph
+from ..graph import Graph, prefetch
 from ..ops.spmm_functional import SpmmAdjacency, gcn_adjacency
 from .fused_message_passing import FusedMessagePassing
 
@@ -169,13 +169,17 @@ class GCNConv(FusedMessagePassing):
     def fused_forward(self, x: Tensor, edge_index: Adj,
                       edge_weight: OptTensor = None) -> Tensor:
         """One SpMM over the (cached) normalized graph; same result as
-        :meth:`pyg_forward`."""
+        :meth:`pyg_forward`. X W, which needs no graph, is enqueued while a
+        new graph's index statistics come back
+        (:func:`pyg_ioaware.graph.prefetch`)."""
         node_dim = self.fused_node_dim(x)
         self.check_flow(edge_index)
+        if self._cached_edge_index is None:  # no graph kept from an earlier call
+            prefetch(edge_index, x.size(node_dim))
+        projected = self.lin(x)
         adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
-        # X W is not bound to a name: it is freed as soon as the SpMM has read it.
         # The bias is added inside the aggregation where its dtype is X W's.
-        return adjacency.propagate(self.lin(x), node_dim=node_dim, bias=self.bias)
+        return adjacency.propagate(projected, node_dim=node_dim, bias=self.bias)
 
     def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
         return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j

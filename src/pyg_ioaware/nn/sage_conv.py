@@ -12,7 +12,7 @@ from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.typing import Adj, OptPairTensor, Size, SparseTensor
 from torch_geometric.utils import is_sparse, is_torch_sparse_tensor, spmm
 
-from ..graph import Graph, NumNodes
+from ..graph import Graph, NumNodes, prefetch
 from ..ops.aggregate import aggregate, aggregate_unweighted
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .fused_message_passing import FusedMessagePassing
@@ -192,7 +192,7 @@ class SAGEConv(FusedMessagePassing):
         pair = self._messages_from(x)
         # propagate_type: (x: OptPairTensor)
         out = self.propagate(edge_index, x=pair, size=size)
-        return self._combine(out, pair[1])
+        return self._combine(out, self._root(pair[1]))
 
     @torch.jit.unused
     def fused_forward(
@@ -202,10 +202,16 @@ class SAGEConv(FusedMessagePassing):
         size: Size = None,
     ) -> Tensor:
         """One fused aggregation between the linear maps; same result as
-        :meth:`pyg_forward`."""
+        :meth:`pyg_forward`. The maps that need no graph (``lin`` with
+        ``project``, the root term ``lin_r``) are enqueued while a new
+        graph's index statistics come back (:func:`pyg_ioaware.graph.prefetch`)."""
         self.check_flow(edge_index)
+        num_nodes = self._num_nodes((x, x) if isinstance(x, Tensor) else tuple(x), edge_index,
+                                    size)
+        prefetch(edge_index, num_nodes)
         pair = self._messages_from(x)
-        return self._combine(self._aggregate(pair, edge_index, size), pair[1])
+        root = self._root(pair[1])
+        return self._combine(self._aggregate(pair, edge_index, num_nodes), root)
 
     def _messages_from(self, x: Union[Tensor, OptPairTensor]) -> OptPairTensor:
         """(x_src, x_dst), x_src projected by ``lin`` and ReLU with ``project``
@@ -216,12 +222,19 @@ class SAGEConv(FusedMessagePassing):
             x = (self.lin(x[0]).relu(), x[1])
         return x
 
-    def _combine(self, aggregated: Tensor, x_r: Optional[Tensor]) -> Tensor:
-        """lin_l(aggregated) + lin_r(x_r) (with root_weight), normalized with
+    def _root(self, x_r: Optional[Tensor]) -> Optional[Tensor]:
+        """The root term lin_r(x_r) (with root_weight), else None (both
+        paths; TorchScript-compatible)."""
+        if self.root_weight and x_r is not None:
+            return self.lin_r(x_r)
+        return None
+
+    def _combine(self, aggregated: Tensor, root: Optional[Tensor]) -> Tensor:
+        """lin_l(aggregated) + root (see :meth:`_root`), normalized with
         ``normalize`` (both paths; TorchScript-compatible)."""
         out = self.lin_l(aggregated)
-        if self.root_weight and x_r is not None:
-            out = out + self.lin_r(x_r)
+        if root is not None:
+            out = out + root
         if self.normalize:
             out = F.normalize(out, p=2., dim=-1)
         return out
@@ -268,16 +281,17 @@ class SAGEConv(FusedMessagePassing):
 
     @torch.jit.unused
     def _aggregate(self, x: Tuple[Tensor, Optional[Tensor]], edge_index: Any,
-                   size: Size) -> Tensor:
+                   num_nodes: NumNodes) -> Tensor:
         """What PyG's ``propagate`` gives here, fused: the messages x_j come
         from x[0] (in both flows, as PyG's generated ``collect`` reads them),
-        aggregated along ``node_dim``."""
+        aggregated along ``node_dim`` over the graph of ``num_nodes``
+        (:meth:`_num_nodes`)."""
         x_j = x[0]
         if x_j is None:
             raise ValueError(f"'{self.__class__.__name__}' sends messages from x[0], which "
                              f"is None")
         node_dim = self.fused_node_dim(x_j)
-        graph = Graph.from_input(edge_index, self._num_nodes(x, edge_index, size))
+        graph = Graph.from_input(edge_index, num_nodes)
         if self.flow == "target_to_source":
             graph = graph.reversed()
         src = x_j if node_dim == 0 else x_j.movedim(node_dim, 0)
