@@ -198,6 +198,35 @@ def test_minibatch_generator_gives_sampled_subgraphs():
     assert not torch.equal(batches[0].edge_index[:, :100], batches[1].edge_index[:, :100])
 
 
+def test_interleaved_step_timing_takes_turns_and_goes_on_past_a_failure():
+    calls = []
+
+    class FakeTimer:
+        batches = [0, 1]
+
+        def __init__(self, name):
+            self.name = name
+
+        def run(self, steps, record=True):
+            calls.append((self.name, steps, record))
+            if self.name == "bad" and record:
+                raise RuntimeError("boom")
+
+        def finish(self):
+            return {"a": 1.5, "b": 2.5}[self.name]
+
+    timers = {name: FakeTimer(name) for name in ("a", "bad", "b")}
+    results = minibatch.time_interleaved(timers, iters=5, warmup=1, rounds=3)
+    assert list(results) == ["a", "bad", "b"]
+    assert results["a"] == {"status": "ok", "step_ms": 1.5}
+    assert results["b"] == {"status": "ok", "step_ms": 2.5}
+    assert results["bad"]["status"] == "error" and "boom" in results["bad"]["detail"]
+    # Warm-ups first (at least a pass over the batches), then rounds in turn.
+    assert calls[:3] == [("a", 2, False), ("bad", 2, False), ("b", 2, False)]
+    assert calls[3:] == [("a", 2, True), ("bad", 2, True), ("b", 2, True),
+                         ("a", 2, True), ("b", 2, True), ("a", 2, True), ("b", 2, True)]
+
+
 def test_minibatch_bars_and_ratios():
     def row(impl, ms, status="ok"):
         return {"batch": "small", "case": "GCNConv", "precision": "fp32", "impl": impl,

@@ -293,7 +293,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 2
     rows: List[Dict[str, object]] = payload["results"]
     total = (len(args.graphs) * len(args.dtypes) * sum(1 + len(c.baselines) for c in args.cases) +
-             len(sizes) * len(args.minibatch_cases) * len(args.dtypes) * len(minibatch.VARIANTS))
+             len(sizes) * len(args.minibatch_cases) * len(args.dtypes))
     progress = Progress(total)
     for graph_name in args.graphs:
         # What cases derive from this graph (Workload.derived), dropped with it.

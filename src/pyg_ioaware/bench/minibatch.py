@@ -11,7 +11,9 @@ overhead) is paid every step. For each batch size this module
   variants (:data:`VARIANTS`): ours and PyG's layers given a fresh
   ``edge_index`` tensor every step (a clone inside the timed step, so no
   graph cache can hit), and ours given the pre-generated tensors themselves
-  (after the warm-up pass every step reuses a cached graph);
+  (after the warm-up pass every step reuses a cached graph); the variants
+  take turns in rounds (:func:`time_interleaved`), so a drift of the
+  host's speed weighs on all three alike;
 - times the Graph build on a fresh tensor and one layer's first call
   (forward + backward on a fresh graph) against a repeated call.
 
@@ -40,6 +42,8 @@ NUM_BATCHES = 8
 SHARED = 0.3
 # Repetitions of the Graph build and first-call timings (median).
 BUILD_REPEATS = 5
+# Rounds of the interleaved step timings (time_interleaved).
+ROUNDS = 5
 LEARNING_RATE = 0.01
 
 PYG, OURS_SAME_GRAPH = "pyg", "ours-same-graph"
@@ -158,30 +162,76 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
     optimizer.step()
 
 
-def time_training(model: nn.Module, batches: Sequence[Batch], precision: str, new_graph: bool,
-                  iters: int, warmup: int) -> float:
-    """Median ms of a whole training step, cycling through ``batches``.
+class StepTimer:
+    """One variant's model and SGD optimizer, timing whole training steps
+    cycling through ``batches``: :meth:`run` appends the ms of each step to
+    :attr:`times` (CUDA events on a GPU, read at :meth:`finish`).
 
     ``new_graph``: every step gets a clone of the batch's edge_index (made
     inside the timed step, as a loader makes a new tensor); otherwise the
-    batch's own tensor, so a graph cache hits after the first pass. At least
-    one pass over the batches is warm-up.
-    """
-    device = batches[0].x.device
-    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-    clock = Clock(device)
-    warmup = max(warmup, len(batches))
-    marks = []
-    for i in range(warmup + iters):
-        batch = batches[i % len(batches)]
-        start = clock.mark()
-        edge_index = batch.edge_index.clone() if new_graph else batch.edge_index
-        train_step(model, optimizer, batch, edge_index, precision)
-        end = clock.mark()
-        if i >= warmup:
-            marks.append((start, end))
-    clock.synchronize()
-    return statistics.median(clock.elapsed_ms(start, end) for start, end in marks)
+    batch's own tensor, so a graph cache hits after the first pass."""
+
+    def __init__(self, model: nn.Module, batches: Sequence[Batch], precision: str,
+                 new_graph: bool):
+        self.model, self.batches, self.precision, self.new_graph = (model, batches, precision,
+                                                                     new_graph)
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+        self.clock = Clock(batches[0].x.device)
+        self.step_index, self.marks = 0, []
+
+    def run(self, steps: int, record: bool = True) -> None:
+        for _ in range(steps):
+            batch = self.batches[self.step_index % len(self.batches)]
+            self.step_index += 1
+            start = self.clock.mark()
+            edge_index = batch.edge_index.clone() if self.new_graph else batch.edge_index
+            train_step(self.model, self.optimizer, batch, edge_index, self.precision)
+            end = self.clock.mark()
+            if record:
+                self.marks.append((start, end))
+
+    def finish(self) -> float:
+        """The median step ms of every recorded step."""
+        self.clock.synchronize()
+        return statistics.median(self.clock.elapsed_ms(start, end) for start, end in self.marks)
+
+
+def time_training(model: nn.Module, batches: Sequence[Batch], precision: str, new_graph: bool,
+                  iters: int, warmup: int) -> float:
+    """Median ms of a whole training step (see :class:`StepTimer`), after at
+    least one pass over the batches as warm-up."""
+    timer = StepTimer(model, batches, precision, new_graph)
+    timer.run(max(warmup, len(batches)), record=False)
+    timer.run(iters)
+    return timer.finish()
+
+
+def time_interleaved(timers: Dict[str, StepTimer], iters: int, warmup: int,
+                     rounds: int = ROUNDS) -> Dict[str, Dict[str, object]]:
+    """Per timer, ``{"status": "ok", "step_ms": median}`` or the status that
+    stopped it (see :func:`_guarded`). The steps run in ``rounds`` rounds
+    that each run every timer for its share of ``iters`` steps in turn
+    (after a warm-up of at least one pass over the batches each), so that a
+    drift of the host's speed during the run (small steps are bound by host
+    time) weighs on every variant alike."""
+    results: Dict[str, Dict[str, object]] = {}
+    live = dict(timers)
+
+    def attempt(name: str, run: Callable[[], None]) -> None:
+        result = _guarded(lambda: run() or {})
+        if result["status"] != "ok":
+            results[name] = result
+            del live[name]
+
+    for name, timer in list(live.items()):
+        attempt(name, lambda t=timer: t.run(max(warmup, len(t.batches)), record=False))
+    per_round = max(1, -(-iters // rounds))
+    for _ in range(rounds):
+        for name, timer in list(live.items()):
+            attempt(name, lambda t=timer: t.run(per_round))
+    for name, timer in live.items():
+        results[name] = _guarded(lambda t=timer: {"step_ms": t.finish()})
+    return {name: results[name] for name in timers}
 
 
 def graph_build(batches: Sequence[Batch]) -> Dict[str, float]:
@@ -274,24 +324,34 @@ def run_size(size: BatchSize, cases: Sequence[MinibatchCase], precisions: Sequen
         except Unsupported:  # our layer is missing: PyG's runs with its own weights
             state = None
         for precision in precisions:
+            timers: Dict[str, StepTimer] = {}
+            results: Dict[str, Dict[str, object]] = {}
             for variant, (layers, new_graph) in VARIANTS.items():
-                progress.start(f"mini-batch {size.name} {case.name} {precision} {variant}")
                 make = case.make_ours if layers == "ours" else case.make_pyg
 
-                def measure() -> Dict[str, object]:
+                def build(make=make, new_graph=new_graph, variant=variant) -> Dict[str, object]:
                     torch.manual_seed(args.seed)
                     model = TwoLayer(make, size.channels).to(device)
                     if state is not None:
                         model.load_state_dict(state)
-                    return {"step_ms": time_training(model, batches, precision, new_graph,
-                                                     args.iters, args.warmup)}
+                    timers[variant] = StepTimer(model, batches, precision, new_graph)
+                    return {}
 
-                result = _guarded(measure)
-                clear_graph_cache()
-                free_memory(device)
-                progress.finish(f"{result['step_ms']:.3f} ms per step"
-                                if result["status"] == "ok" else
-                                f"{result['status']}: {result['detail']}")
+                built = _guarded(build)
+                if built["status"] != "ok":
+                    results[variant] = built
+            progress.start(f"mini-batch {size.name} {case.name} {precision} "
+                           f"({', '.join(timers)}, interleaved)")
+            results.update(time_interleaved(timers, args.iters, args.warmup))
+            del timers
+            clear_graph_cache()
+            free_memory(device)
+            progress.finish(", ".join(
+                f"{variant} {result['step_ms']:.3f} ms" if result["status"] == "ok" else
+                f"{variant} {result['status']}: {result['detail']}"
+                for variant, result in ((v, results[v]) for v in VARIANTS)))
+            for variant in VARIANTS:
+                result = results[variant]
                 rows.append({"batch": size.name, "case": case.name, "key": case.key,
                              "family": case.family, "precision": precision, "impl": variant,
                              "step_ms": result.get("step_ms"), "status": result["status"],
