@@ -259,7 +259,8 @@ def test_own_spmm_checks_its_parameters():
     def call(**fields):
         a = dict(num_rows=2, num_cols=2, nnz=0, rowptr=16, col=16, index_bits=32)
         a.update(fields.pop("a", {}))
-        base = dict(dtype=0, values_dtype=0, width=4, y=16, y_row_stride=4, x_row_stride=4)
+        base = dict(dtype=0, values_dtype=0, width=4, y=16, y_row_stride=4, x_row_stride=4,
+                    degree_bound=-1)
         base.update(fields)
         return _call("pygio_spmm_csr", _params("pygio_spmm_csr_params",
                                                a=_native.Csr(**a), **base))
@@ -279,6 +280,15 @@ def test_own_spmm_checks_its_parameters():
     for fields, expected in cases:
         status, message = call(**fields)
         assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+    # Rows bounded below the hub degree: no hub can exist, no workspace is needed.
+    size = ctypes.c_size_t(1)
+    for bound, needed in ((-1, True), (256, False), (257, True)):
+        params = _params("pygio_spmm_csr_params", dtype=0, values_dtype=0, width=4,
+                         a=_native.Csr(num_rows=4, num_cols=2, nnz=5000, rowptr=16, col=16,
+                                       index_bits=32), degree_bound=bound)
+        assert _native.library().pygio_spmm_csr_workspace_size(
+            ctypes.byref(params), ctypes.byref(size)) == 0
+        assert (size.value > 0) == needed, bound
 
 
 def _int32_at(address):

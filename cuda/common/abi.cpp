@@ -79,6 +79,7 @@ size_t pygio_struct_size(int32_t kind) {
     case PYGIO_STRUCT_CSR_FROM_GROUPED_PARAMS: return sizeof(pygio_csr_from_grouped_params);
     case PYGIO_STRUCT_MEAN_NORM_PARAMS: return sizeof(pygio_mean_norm_params);
     case PYGIO_STRUCT_CSR_TRANSPOSE_PARAMS: return sizeof(pygio_csr_transpose_params);
+    case PYGIO_STRUCT_PYG_SELF_LOOPS_PARAMS: return sizeof(pygio_pyg_self_loops_params);
     default: return 0;
   }
 }

@@ -88,6 +88,7 @@ typedef enum {
   PYGIO_STRUCT_CSR_FROM_GROUPED_PARAMS = 17,
   PYGIO_STRUCT_MEAN_NORM_PARAMS = 18,
   PYGIO_STRUCT_CSR_TRANSPOSE_PARAMS = 19,
+  PYGIO_STRUCT_PYG_SELF_LOOPS_PARAMS = 20,
 } pygio_struct_kind;
 
 /*
@@ -210,7 +211,9 @@ PYGIO_API int pygio_spmm_preprocess(const pygio_spmm_params* params);
  * which is `dtype` or, for 16-bit dtypes, PYGIO_FLOAT32; accumulation in
  * fp32 (fp64 for float64); rows of op(A) with no entry give bias (or 0).
  * With `deterministic` (forward only) no row is split: every output element
- * is summed in one thread in CSR order.
+ * is summed in one thread in CSR order. Where the caller knows that no row
+ * of A has more than `degree_bound` entries (>= 0; -1: unknown) and that is
+ * at most the hub degree, the forward splits nothing and needs no workspace.
  */
 typedef struct {
   int32_t struct_size;    /* sizeof(pygio_spmm_csr_params) */
@@ -220,6 +223,7 @@ typedef struct {
   int32_t transpose;      /* 0: Y = A X (+ bias); 1: Y = A^T X */
   int32_t deterministic;  /* 1: no atomics (transpose must be 0) */
   pygio_csr a;
+  int64_t degree_bound;   /* no row of A has more entries; -1: not known */
   int64_t width;          /* columns of X and Y */
   const void* values;     /* nnz entries, CSR order */
   const void* x;
@@ -376,13 +380,19 @@ typedef struct {
 } pygio_edges;
 
 /*
- * Reads every edge once (enqueued, not waited for) into `stats`, 5 int64 of
- * device memory: {min src, min dst, ~(max src), ~(max dst), order}, the
- * maxima bitwise-negated (as the kernel reduces them with atomicMin), order
- * 0 exactly where some dst is below its predecessor's (the edges are not
- * grouped by destination, as neighbour samplers emit them). The caller reads
- * them back (its one host synchronisation). edges.num_edges must be > 0.
+ * Reads every edge once (enqueued, not waited for) into `stats`,
+ * PYGIO_EDGE_STATS int64 of device memory: {min src, min dst, ~(max src),
+ * ~(max dst), order, ~(longest run), self loops}, the maxima bitwise-negated
+ * (as the kernel reduces them with atomicMin); order is 0 exactly where some
+ * dst is below its predecessor's (the edges are not grouped by destination,
+ * as neighbour samplers emit them); the longest run is the most consecutive
+ * edges into one dst (the largest in-degree where the edges are grouped;
+ * meaningless where they are not); self loops counts the edges with
+ * src == dst. The caller reads them back (its one host synchronisation).
+ * edges.num_edges must be > 0.
  */
+#define PYGIO_EDGE_STATS 7
+
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_edge_stats_params) */
   int32_t device;
@@ -413,6 +423,43 @@ typedef struct {
 } pygio_csr_from_grouped_params;
 
 PYGIO_API int pygio_csr_from_grouped(const pygio_csr_from_grouped_params* params);
+
+/*
+ * PyG's remove_self_loops + add_self_loops (GATConv-like layers) for edges
+ * grouped by destination (dst non-decreasing), every index in range, as
+ * pygio_edge_index_stats established: the input's self loops are dropped
+ * and one loop (r, r) is added for every r < num_loops. out_edges [2,
+ * num_kept + num_loops] (contiguous, edges.index_bits): the kept edges in
+ * input order, then the loops, as PyG orders them; out_kept [num_kept]: the
+ * input id of each kept edge; and the CSR by destination of that edge list
+ * in out_index_bits: row r holds its kept edges in input order, then its
+ * loop: out_rowptr [num_rows + 1], out_col / out_row (source / destination)
+ * and out_perm (position in out_edges) [num_kept + num_loops] per entry.
+ * num_kept must be edges.num_edges less the self loops that
+ * pygio_edge_index_stats counted. workspace:
+ * pygio_csr_pyg_self_loops_workspace_size bytes, 16-byte aligned.
+ */
+typedef struct {
+  int32_t struct_size;     /* sizeof(pygio_pyg_self_loops_params) */
+  int32_t device;
+  pygio_edges edges;
+  int64_t num_rows;        /* destinations */
+  int64_t num_loops;       /* loops added, at most num_rows */
+  int64_t num_kept;
+  int32_t out_index_bits;  /* 32 or 64 */
+  void* out_edges;
+  int64_t* out_kept;
+  void* out_rowptr;
+  void* out_col;
+  void* out_row;
+  void* out_perm;
+  void* workspace;
+  void* stream;
+} pygio_pyg_self_loops_params;
+
+PYGIO_API int pygio_csr_pyg_self_loops_workspace_size(const pygio_pyg_self_loops_params* params,
+                                                      size_t* bytes);
+PYGIO_API int pygio_csr_pyg_self_loops(const pygio_pyg_self_loops_params* params);
 
 /* ------------------------------------------------------ graph structure ---
  * PyG's remaining self loops, without a sort, on a square CSR graph of

@@ -36,7 +36,9 @@ int64_t forward_hub_threshold(const pygio_spmm_csr_params& p) {
 }
 int64_t forward_hub_slots(const pygio_spmm_csr_params& p) {
   if (p.transpose || p.deterministic || p.width == 0) return 0;
-  return max_hubs(p.a.num_rows, p.a.nnz, forward_hub_threshold(p));
+  const int64_t threshold = forward_hub_threshold(p);
+  if (p.degree_bound >= 0 && p.degree_bound <= threshold) return 0;  // no row can be a hub
+  return max_hubs(p.a.num_rows, p.a.nnz, threshold);
 }
 
 size_t workspace_bytes(const pygio_spmm_csr_params& p) {

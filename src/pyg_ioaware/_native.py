@@ -19,7 +19,7 @@ import os
 import pathlib
 import sys
 import threading
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -98,6 +98,7 @@ class SpmmCsrParams(ctypes.Structure):
         ("transpose", ctypes.c_int32),
         ("deterministic", ctypes.c_int32),
         ("a", Csr),
+        ("degree_bound", ctypes.c_int64),
         ("width", ctypes.c_int64),
         ("values", ctypes.c_void_p),
         ("x", ctypes.c_void_p),
@@ -488,6 +489,28 @@ class CsrTransposeParams(ctypes.Structure):
     ]
 
 
+class PygSelfLoopsParams(ctypes.Structure):
+    """Mirror of ``pygio_pyg_self_loops_params``."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("edges", Edges),
+        ("num_rows", ctypes.c_int64),
+        ("num_loops", ctypes.c_int64),
+        ("num_kept", ctypes.c_int64),
+        ("out_index_bits", ctypes.c_int32),
+        ("out_edges", ctypes.c_void_p),
+        ("out_kept", ctypes.POINTER(ctypes.c_int64)),
+        ("out_rowptr", ctypes.c_void_p),
+        ("out_col", ctypes.c_void_p),
+        ("out_row", ctypes.c_void_p),
+        ("out_perm", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 # Every exported entry: (argument types, return type), as in pyg_ioaware.h
 # (tests/test_native_abi.py checks the two against each other).
 _SIGNATURES = {
@@ -514,6 +537,9 @@ _SIGNATURES = {
     "pygio_csr_transpose_workspace_size": (
         [ctypes.POINTER(CsrTransposeParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "pygio_csr_transpose": ([ctypes.POINTER(CsrTransposeParams)], ctypes.c_int),
+    "pygio_csr_pyg_self_loops_workspace_size": (
+        [ctypes.POINTER(PygSelfLoopsParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
+    "pygio_csr_pyg_self_loops": ([ctypes.POINTER(PygSelfLoopsParams)], ctypes.c_int),
     "pygio_minmax_workspace_size": (
         [ctypes.POINTER(MinmaxParams), ctypes.POINTER(ctypes.c_size_t)], ctypes.c_int),
     "pygio_minmax": ([ctypes.POINTER(MinmaxParams)], ctypes.c_int),
@@ -729,10 +755,11 @@ def _spmm_csr_params() -> SpmmCsrParams:
 
 
 def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optional[Tensor],
-             out: Tensor, transpose: bool, deterministic: bool) -> None:
+             out: Tensor, transpose: bool, deterministic: bool, degree_bound: int = -1) -> None:
     """Enqueues out = op(A) x (+ bias) with the SpMM kernels of our own on
     torch's current stream (contract: pygio_spmm_csr in pyg_ioaware.h); A =
-    (rowptr, col, values) has ``out``'s rows (``x``'s with ``transpose``).
+    (rowptr, col, values) has ``out``'s rows (``x``'s with ``transpose``),
+    none longer than ``degree_bound`` entries where that is >= 0.
     Allocates the workspace the call needs from torch's caching allocator."""
     lib = library()
     if rowptr.dtype != col.dtype:
@@ -741,6 +768,7 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optio
     p = _spmm_csr_params()
     p.dtype, p.values_dtype = _dtype_code(x.dtype), _dtype_code(values.dtype)
     p.device, p.transpose, p.deterministic = x.device.index, transpose, deterministic
+    p.degree_bound = degree_bound
     p.a = Csr(rowptr.data_ptr(), col.data_ptr(), rowptr.numel() - 1,
               out.size(0) if transpose else x.size(0), col.numel(), index_bits(rowptr.dtype))
     p.width, p.values, p.bias = x.size(1), values.data_ptr(), pointer(bias)
@@ -1043,11 +1071,27 @@ def _edges(edge_index: Tensor) -> Edges:
                  index_bits=index_bits(edge_index.dtype))
 
 
+# PYGIO_EDGE_STATS: the int64 values pygio_edge_index_stats writes.
+EDGE_STATS = 7
+
+
+class EdgeIndexStats(NamedTuple):
+    """What one pass over an edge_index finds (pygio_edge_index_stats)."""
+    min_src: int
+    min_dst: int
+    max_src: int
+    max_dst: int
+    grouped: bool  # destinations non-decreasing
+    longest_run: int  # most consecutive edges into one destination: the largest in-degree
+    #                   where grouped
+    self_loops: int  # edges with src == dst
+
+
 def enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
     """Enqueues one pass over a CUDA edge_index [2, E] with E > 0 and returns
-    its 5 int64 statistics on the device, not yet read (contract:
+    its EDGE_STATS int64 values on the device, not yet read (contract:
     pygio_edge_index_stats; :func:`decode_edge_index_stats` reads them)."""
-    stats = torch.empty(5, dtype=torch.int64, device=edge_index.device)
+    stats = torch.empty(EDGE_STATS, dtype=torch.int64, device=edge_index.device)
     params = EdgeStatsParams(struct_size=ctypes.sizeof(EdgeStatsParams),
                              device=edge_index.device.index, edges=_edges(edge_index),
                              stats=_int64_pointer(stats), stream=stream_of(edge_index))
@@ -1055,17 +1099,16 @@ def enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
     return stats
 
 
-def decode_edge_index_stats(stats: list) -> Tuple[int, int, int, int, bool]:
-    """(min src, min dst, max src, max dst, grouped by destination) from the
-    5 values of :func:`enqueue_edge_index_stats` read back to the host."""
-    min_src, min_dst, not_max_src, not_max_dst, order = stats
-    return min_src, min_dst, ~not_max_src, ~not_max_dst, order != 0
+def decode_edge_index_stats(stats: list) -> EdgeIndexStats:
+    """The values of :func:`enqueue_edge_index_stats`, read back to the host."""
+    min_src, min_dst, not_max_src, not_max_dst, order, not_longest_run, self_loops = stats
+    return EdgeIndexStats(min_src, min_dst, ~not_max_src, ~not_max_dst, order != 0,
+                          ~not_longest_run, self_loops)
 
 
-def edge_index_stats(edge_index: Tensor) -> Tuple[int, int, int, int, bool]:
-    """(min src, min dst, max src, max dst, grouped by destination) of a
-    CUDA edge_index [2, E] with E > 0: one pass, read back in one host
-    synchronisation."""
+def edge_index_stats(edge_index: Tensor) -> EdgeIndexStats:
+    """One pass over a CUDA edge_index [2, E] with E > 0, read back in one
+    host synchronisation."""
     return decode_edge_index_stats(enqueue_edge_index_stats(edge_index).tolist())
 
 
@@ -1082,6 +1125,34 @@ def csr_from_grouped(edge_index: Tensor, num_rows: int, rowptr: Tensor, col: Ten
                                   out_rowptr=rowptr.data_ptr(), out_col=col.data_ptr(),
                                   out_row=row.data_ptr(), stream=stream_of(edge_index))
     check(library().pygio_csr_from_grouped(ctypes.byref(params)))
+
+
+def csr_pyg_self_loops(edge_index: Tensor, num_rows: int, num_loops: int, out_edges: Tensor,
+                       out_kept: Tensor, out_rowptr: Tensor, out_col: Tensor, out_row: Tensor,
+                       out_perm: Tensor) -> None:
+    """Enqueues PyG's remove + add self loops of a CUDA edge_index grouped by
+    destination, its range checked, into the out_* tensors (contract:
+    pygio_csr_pyg_self_loops; out_kept's length is the number of kept edges).
+    Allocates the scan's workspace from torch's caching allocator."""
+    if not out_rowptr.dtype == out_col.dtype == out_row.dtype == out_perm.dtype:
+        raise TypeError("csr_pyg_self_loops: the CSR outputs must share one index dtype")
+    if out_edges.dtype != edge_index.dtype or not out_edges.is_contiguous():
+        raise TypeError("csr_pyg_self_loops: out_edges must be contiguous, in edge_index's "
+                        "dtype")
+    lib = library()
+    params = PygSelfLoopsParams(
+        struct_size=ctypes.sizeof(PygSelfLoopsParams), device=edge_index.device.index,
+        edges=_edges(edge_index), num_rows=num_rows, num_loops=num_loops,
+        num_kept=out_kept.numel(), out_index_bits=index_bits(out_rowptr.dtype),
+        out_edges=out_edges.data_ptr(), out_kept=_int64_pointer(out_kept),
+        out_rowptr=out_rowptr.data_ptr(), out_col=out_col.data_ptr(),
+        out_row=out_row.data_ptr(), out_perm=out_perm.data_ptr(),
+        stream=stream_of(edge_index))
+    size = ctypes.c_size_t()
+    check(lib.pygio_csr_pyg_self_loops_workspace_size(ctypes.byref(params), ctypes.byref(size)))
+    workspace = _workspace(size, edge_index.device)
+    params.workspace = pointer(workspace)
+    check(lib.pygio_csr_pyg_self_loops(ctypes.byref(params)))
 
 
 def csr_transpose(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int, out_rowptr: Tensor,

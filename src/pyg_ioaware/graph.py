@@ -120,6 +120,10 @@ class Graph:
             input was already grouped by destination).
         input_values (Tensor or None): a sparse input's values, in input
             edge order.
+        degree_bound (int or None): no destination has more entries than
+            this (None: not known). Known where the build saw it for free
+            (edges grouped by destination, as samplers emit them); kernels
+            skip their hub splitting where it is small.
         state (pyg_ioaware.graph.GraphState): the lazily derived state.
 
     Index tensors are int32 while node and edge counts fit, else int64.
@@ -133,7 +137,8 @@ class Graph:
     """
 
     def __init__(self, *, rowptr: Tensor, col: Tensor, row: Tensor, num_src: int, num_dst: int,
-                 edge_perm: Optional[Tensor] = None, input_values: Optional[Tensor] = None):
+                 edge_perm: Optional[Tensor] = None, input_values: Optional[Tensor] = None,
+                 degree_bound: Optional[int] = None):
         self.rowptr = mark_static(rowptr)
         self.col = mark_static(col)
         self.row = row
@@ -141,8 +146,11 @@ class Graph:
         self.num_src = num_src
         self.num_dst = num_dst
         self.input_values = input_values
+        self.degree_bound = degree_bound
         self.state = GraphState()
         trust_csr(self.rowptr, self.col, num_src)
+        if degree_bound is not None:  # the kernels' hub splitting reads it there
+            structure_state(self.rowptr).degree_bound = degree_bound
 
     # ------------------------------------------------------------ properties
     @property
@@ -223,11 +231,13 @@ class Graph:
                              f"{input_values.size(0)}")
         if num_edges == 0:
             num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
-            return cls._build(edge_index, num_src, num_dst, input_values, grouped=True)
-        low, high, grouped = _index_stats(edge_index)  # the one host synchronisation
-        num_src, num_dst = _resolve_num_nodes(num_nodes, max(high) + 1)
-        _check_index_range(low, high, num_src, num_dst)
-        return cls._build(edge_index, num_src, num_dst, input_values, grouped)
+            return cls._build(edge_index, num_src, num_dst, input_values, grouped=True,
+                              degree_bound=0)
+        stats = _index_stats(edge_index)  # the one host synchronisation
+        num_src, num_dst = _resolve_num_nodes(num_nodes, max(stats.max_src, stats.max_dst) + 1)
+        _check_index_range(stats, num_src, num_dst)
+        return cls._build(edge_index, num_src, num_dst, input_values, stats.grouped,
+                          stats.longest_run if stats.grouped else None)
 
     @classmethod
     def with_pyg_self_loops(cls, adj: Tensor,
@@ -239,7 +249,8 @@ class Graph:
         input order then the loops, ``kept`` their input ids, ``graph`` its
         Graph. Cached on ``adj`` like :meth:`from_input`; built with one host
         synchronisation (index range and loop count read together) and one
-        sort, without building ``adj``'s own CSR."""
+        native call where the edges come grouped by destination (CUDA), else
+        one sort, without building ``adj``'s own CSR."""
         return _cached_graph(adj, num_nodes, _pyg_self_looped, variant="pyg_self_loops")
 
     @classmethod
@@ -312,9 +323,11 @@ class Graph:
 
     @classmethod
     def _build(cls, edge_index: Tensor, num_src: int, num_dst: int,
-               input_values: Optional[Tensor], grouped: bool) -> "Graph":
+               input_values: Optional[Tensor], grouped: bool,
+               degree_bound: Optional[int] = None) -> "Graph":
         """CSR by destination from an edge_index whose range is checked:
-        one stable sort by destination unless ``grouped``."""
+        one stable sort by destination unless ``grouped``; ``degree_bound``
+        as the Graph keeps it."""
         index_dtype = _index_dtype(num_src, num_dst, edge_index.size(1))
         src, dst = edge_index[0], edge_index[1]
         edge_perm = None
@@ -326,7 +339,7 @@ class Graph:
             row = torch.empty_like(col)
             _native.csr_from_grouped(edge_index, num_dst, rowptr, col, row)
             return cls(rowptr=rowptr, col=col, row=row, num_src=num_src, num_dst=num_dst,
-                       input_values=input_values)
+                       input_values=input_values, degree_bound=degree_bound)
         if grouped:  # int64 rows kept as they are, without a copy
             row = dst.to(index_dtype).contiguous()
             col = src.to(index_dtype).contiguous()
@@ -335,7 +348,8 @@ class Graph:
             edge_perm = edge_perm.to(index_dtype)
             col = src.to(index_dtype)[edge_perm]
         return cls(rowptr=_rowptr(row, num_dst), col=col, row=row, num_src=num_src,
-                   num_dst=num_dst, edge_perm=edge_perm, input_values=input_values)
+                   num_dst=num_dst, edge_perm=edge_perm, input_values=input_values,
+                   degree_bound=degree_bound)
 
     # ------------------------------------------------------- derived views
     @torch.compiler.disable
@@ -401,7 +415,8 @@ class Graph:
                                        rowptr, col, row, origin)
         else:
             rowptr, col, row, origin = self._self_loop_structure(index_dtype)
-        looped = Graph(rowptr=rowptr, col=col, row=row, num_src=n, num_dst=n)
+        looped = Graph(rowptr=rowptr, col=col, row=row, num_src=n, num_dst=n,
+                       degree_bound=None if self.degree_bound is None else self.degree_bound + 1)
         looped.state.edge_origin = origin
         return looped
 
@@ -465,13 +480,13 @@ class _GraphCache:
         per_tensor["graphs"][(version, num_nodes, variant)] = graph
         return graph
 
-    def contains(self, adj: Any, num_nodes: NumNodes, variant: str = "") -> bool:
-        """Whether lookup(adj, num_nodes, ..., variant) would find a graph."""
+    def holds(self, adj: Any) -> bool:
+        """Whether any graph of ``adj`` (as it is now) is cached."""
         per_tensor = self._entries.get(id(adj))
-        if isinstance(num_nodes, list):
-            num_nodes = tuple(num_nodes)
-        return (per_tensor is not None and per_tensor["ref"]() is adj
-                and (_version_of(adj), num_nodes, variant) in per_tensor["graphs"])
+        if per_tensor is None or per_tensor["ref"]() is not adj:
+            return False
+        version = _version_of(adj)
+        return any(key[0] == version for key in per_tensor["graphs"])
 
     def _forget(self, key: int) -> Callable[[Any], None]:
         def callback(ref: Any) -> None:
@@ -540,12 +555,13 @@ class _StatsInFlight:
 _STATS_IN_FLIGHT: Dict[int, _StatsInFlight] = {}
 
 
-def prefetch(adj: Any, num_nodes: NumNodes = None) -> None:
-    """Starts the one host read of building the Graph of ``adj`` (a CUDA
-    edge_index the cache has not seen with these node counts): its index
-    statistics are computed and copied to the host without waiting. A layer
+def prefetch(adj: Any) -> None:
+    """Starts the one host read of building a Graph of ``adj`` (a CUDA
+    edge_index the cache holds no graph of): its index statistics are
+    computed and copied to the host without waiting. A layer
     calls this before work that needs no graph (its projections), then
-    :meth:`Graph.from_input`: the build waits only for the copy, while the
+    :meth:`Graph.from_input` (or :meth:`Graph.with_pyg_self_loops`): the
+    build waits only for the copy, while the
     GPU runs what was enqueued after it, so a new graph no longer leaves
     the GPU idle while the host builds it. Anything else (a cached graph,
     other inputs, torch.compile, CUDA-graph capture) is left to
@@ -553,7 +569,7 @@ def prefetch(adj: Any, num_nodes: NumNodes = None) -> None:
     if (type(adj) is not Tensor or not adj.is_cuda or adj.dim() != 2 or adj.size(0) != 2
             or adj.size(1) == 0 or adj.dtype not in (torch.int32, torch.int64)
             or torch.compiler.is_compiling() or _native.library() is None
-            or _GRAPH_CACHE.contains(adj, num_nodes)
+            or _GRAPH_CACHE.holds(adj)
             or torch.cuda.is_current_stream_capturing()):
         return
     _STATS_IN_FLIGHT[id(adj)] = _StatsInFlight(adj)
@@ -610,14 +626,16 @@ def known_valid_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> bool:
 # ----------------------------------------- kernel state beside a structure
 class StructureState:
     """What the ops keep beside one CSR structure: the SpMM backends' plans
-    (objects with an ``nbytes``; ops.spmm_backends) and the min/max hub
-    degree per quantile (int64 device scalars; ops.minmax). Lives as long
-    as the structure's rowptr tensor."""
-    __slots__ = ("plans", "hub_degrees", "__weakref__")
+    (objects with an ``nbytes``; ops.spmm_backends), the hub degree per
+    quantile (int64 device scalars; ops.hubs) and the Graph's degree bound
+    where it knows one (no row has more entries; None: not known). Lives as
+    long as the structure's rowptr tensor."""
+    __slots__ = ("plans", "hub_degrees", "degree_bound", "__weakref__")
 
     def __init__(self):
         self.plans: Dict[tuple, Any] = {}
         self.hub_degrees: Dict[float, Tensor] = {}
+        self.degree_bound: Optional[int] = None
 
 
 # id(rowptr) -> (weak reference to rowptr, its state). A plain dict keyed by
@@ -672,19 +690,25 @@ def _native_build(edge_index: Tensor) -> bool:
     return edge_index.is_cuda and _native.library() is not None
 
 
-def _index_stats(edge_index: Tensor) -> Tuple[list, list, bool]:
-    """([min src, min dst], [max src, max dst], destinations non-decreasing),
-    read back in one host synchronisation (one native pass on CUDA)."""
+def _index_stats(edge_index: Tensor) -> _native.EdgeIndexStats:
+    """What one pass over a non-empty edge_index finds (index range, whether
+    the destinations are non-decreasing, the longest run of one destination,
+    the self loops), read back in one host synchronisation: one native pass
+    on CUDA (its statistics already in flight where :func:`prefetch`
+    started them), torch ops on the CPU."""
     if _native_build(edge_index):
         in_flight = _take_stats_in_flight(edge_index)
-        min_src, min_dst, max_src, max_dst, grouped = (
-            _native.edge_index_stats(edge_index) if in_flight is None else in_flight.read())
-        return [min_src, min_dst], [max_src, max_dst], grouped
+        return _native.edge_index_stats(edge_index) if in_flight is None else in_flight.read()
+    src, dst = edge_index
     low, high = torch.aminmax(edge_index, dim=1)
-    dst = edge_index[1]
-    unsorted = (dst[1:] < dst[:-1]).any().to(low.dtype).unsqueeze(0)
-    stats = torch.cat([low, high, unsorted]).tolist()
-    return stats[0:2], stats[2:4], stats[4] == 0
+    ordered = (dst[1:] >= dst[:-1]).all()
+    longest_run = torch.unique_consecutive(dst, return_counts=True)[1].max()
+    self_loops = (src == dst).sum()
+    values = torch.cat([low.long(), high.long(),
+                        torch.stack([ordered.long(), longest_run.long(), self_loops.long()])])
+    min_src, min_dst, max_src, max_dst, ordered, longest_run, self_loops = values.tolist()
+    return _native.EdgeIndexStats(min_src, min_dst, max_src, max_dst, ordered != 0, longest_run,
+                                  self_loops)
 
 
 def _rowptr(sorted_index: Tensor, num_rows: int) -> Tensor:
@@ -737,42 +761,58 @@ def _check_edge_index(edge_index: Tensor) -> None:
                          f"got {list(edge_index.shape)}")
 
 
-def _check_index_range(low: list, high: list, num_src: int, num_dst: int) -> None:
-    """ValueError unless [low, high] of the sources / destinations lies in
+def _check_index_range(stats: _native.EdgeIndexStats, num_src: int, num_dst: int) -> None:
+    """ValueError unless the sources / destinations of ``stats`` lie in
     [0, num_src) / [0, num_dst)."""
-    for i, (what, size) in enumerate((("source (edge_index[0])", num_src),
-                                      ("destination (edge_index[1])", num_dst))):
-        if low[i] < 0:
-            raise ValueError(f"Graph: {what} index {low[i]} is negative")
-        if high[i] >= size:
-            raise ValueError(f"Graph: {what} index {high[i]} is out of range for "
-                             f"{size} nodes")
+    for what, low, high, size in (("source (edge_index[0])", stats.min_src, stats.max_src, num_src),
+                                  ("destination (edge_index[1])", stats.min_dst, stats.max_dst,
+                                   num_dst)):
+        if low < 0:
+            raise ValueError(f"Graph: {what} index {low} is negative")
+        if high >= size:
+            raise ValueError(f"Graph: {what} index {high} is out of range for {size} nodes")
 
 
 def _pyg_self_looped(adj: Tensor, num_nodes: Tuple[int, int]) -> Tuple[Graph, Tensor, Tensor]:
-    """Graph.with_pyg_self_loops's build. The kept edges are compacted by a
-    stable partition (a scatter to their running count, the loops after
-    them; a boolean index or nonzero would read their number back a second
-    time)."""
+    """Graph.with_pyg_self_loops's build: one read of the index statistics
+    (range and self loops), then one native call where the edges come
+    grouped by destination (CUDA), else a stable partition of the kept edges
+    (a scatter to their running count, the loops after them; a boolean
+    index or nonzero would read their number back a second time) and a
+    sort."""
     edge_index = _plain_tensor(adj)
     _check_edge_index(edge_index)
     num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
-    num_edges = edge_index.size(1)
-    keep = edge_index[0] != edge_index[1]
+    num_edges, num_loops = edge_index.size(1), min(num_src, num_dst)
+    stats = None
     if num_edges > 0:
-        low, high = torch.aminmax(edge_index, dim=1)
-        stats = torch.cat([low, high, keep.sum().view(1).to(low.dtype)]).tolist()
-        _check_index_range(stats[0:2], stats[2:4], num_src, num_dst)
-        num_kept = int(stats[4])
-    else:
-        num_kept = 0
+        stats = _index_stats(edge_index)  # the one host synchronisation
+        _check_index_range(stats, num_src, num_dst)
+    num_kept = num_edges - (0 if stats is None else stats.self_loops)
+    # Rows keep at most their input entries (less their loops), plus one loop.
+    degree_bound = stats.longest_run + 1 if stats is not None and stats.grouped else None
+    device = edge_index.device
+    if degree_bound is not None and _native_build(edge_index):
+        index_dtype = _index_dtype(num_src, num_dst, num_kept + num_loops)
+        looped = torch.empty(2, num_kept + num_loops, dtype=edge_index.dtype, device=device)
+        kept = torch.empty(num_kept, dtype=torch.long, device=device)
+        rowptr = torch.empty(num_dst + 1, dtype=index_dtype, device=device)
+        col, row, perm = (torch.empty(num_kept + num_loops, dtype=index_dtype, device=device)
+                          for _ in range(3))
+        _native.csr_pyg_self_loops(edge_index, num_dst, num_loops, looped, kept, rowptr, col,
+                                   row, perm)
+        graph = Graph(rowptr=rowptr, col=col, row=row, num_src=num_src, num_dst=num_dst,
+                      edge_perm=perm, degree_bound=degree_bound)
+        return graph, looped, kept
+    keep = edge_index[0] != edge_index[1]
     # Kept edge e goes to slot (kept edges before it), a loop to num_kept + (loops before it).
     slot = torch.where(keep, torch.cumsum(keep, 0) - 1, num_kept + torch.cumsum(~keep, 0) - 1)
-    order = torch.empty(num_edges, dtype=torch.long, device=edge_index.device)
-    kept = order.scatter_(0, slot, torch.arange(num_edges, device=edge_index.device))[:num_kept]
-    loops = torch.arange(min(num_src, num_dst), device=edge_index.device, dtype=edge_index.dtype)
+    order = torch.empty(num_edges, dtype=torch.long, device=device)
+    kept = order.scatter_(0, slot, torch.arange(num_edges, device=device))[:num_kept]
+    loops = torch.arange(num_loops, device=device, dtype=edge_index.dtype)
     looped = torch.cat([edge_index.index_select(1, kept), torch.stack([loops, loops])], dim=1)
-    return Graph._build(looped, num_src, num_dst, None, grouped=False), looped, kept
+    graph = Graph._build(looped, num_src, num_dst, None, grouped=False, degree_bound=degree_bound)
+    return graph, looped, kept
 
 
 def _resolve_num_nodes(num_nodes: NumNodes, inferred: int) -> Tuple[int, int]:

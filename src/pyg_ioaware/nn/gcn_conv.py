@@ -175,7 +175,7 @@ class GCNConv(FusedMessagePassing):
         node_dim = self.fused_node_dim(x)
         self.check_flow(edge_index)
         if self._cached_edge_index is None:  # no graph kept from an earlier call
-            prefetch(edge_index, x.size(node_dim))
+            prefetch(edge_index)
         projected = self.lin(x)
         adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
         # The bias is added inside the aggregation where its dtype is X W's.

@@ -208,7 +208,7 @@ class SAGEConv(FusedMessagePassing):
         self.check_flow(edge_index)
         num_nodes = self._num_nodes((x, x) if isinstance(x, Tensor) else tuple(x), edge_index,
                                     size)
-        prefetch(edge_index, num_nodes)
+        prefetch(edge_index)
         pair = self._messages_from(x)
         root = self._root(pair[1])
         return self._combine(self._aggregate(pair, edge_index, num_nodes), root)

@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..graph import structure_state
+from ..graph import known_structure_state, structure_state
 
 DEFAULT_HUB_QUANTILE = 0.99
 #: Rows of at most this many entries are never split (PYGIO_MINMAX_MIN_HUB_DEGREE
@@ -24,7 +24,9 @@ def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tens
     """(the ``quantile`` quantile of the row degrees of a structure with
     ``nnz`` entries, as an int64 device scalar; the most rows that can lie
     above it and above MIN_HUB_DEGREE), or (None, 0) where no row can be a
-    hub. The quantile is computed once per structure and quantile, without
+    hub, as where the structure's Graph knows that no row is longer than
+    MIN_HUB_DEGREE (its degree bound). The quantile is computed once per
+    structure and quantile, without
     a host synchronisation, and kept beside the structure (StructureState);
     the bound needs no device read: at most num_rows - k rows exceed the
     k-th smallest degree. The k-th smallest comes from torch's kthvalue up
@@ -36,6 +38,10 @@ def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tens
     k = min(max(math.ceil(quantile * num_rows), 1), num_rows) if num_rows > 0 else 0
     max_hubs = min(num_rows - k, nnz // (MIN_HUB_DEGREE + 1))
     if max_hubs <= 0:
+        return None, 0
+    known = known_structure_state(rowptr)
+    if known is not None and known.degree_bound is not None \
+            and known.degree_bound <= MIN_HUB_DEGREE:  # no row can be a hub: nothing to select
         return None, 0
     state = structure_state(rowptr)
     degree = state.hub_degrees.get(quantile)

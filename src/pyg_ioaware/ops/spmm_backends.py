@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .. import _native
-from ..graph import StructureState, structure_state
+from ..graph import StructureState, known_structure_state, structure_state
 from . import tuning
 from .dispatch import accumulator_dtype, native_ready
 
@@ -132,8 +132,9 @@ class OwnCsrBackend:
     """The SpMM kernels of our own (cuda/spmm/spmm_kernel.cuh): no plan and
     nothing kept per structure, so a new graph costs nothing here. Forward
     rows above the hub degree are split over the SMs and merged with fp32
-    atomics, except under torch.use_deterministic_algorithms; the
-    transposed form scatters with atomics."""
+    atomics, except under torch.use_deterministic_algorithms or where the
+    structure's Graph bounds every row below the hub degree (no hub
+    launches then); the transposed form scatters with atomics."""
     name = "pygio-csr"
 
     def supports(self, shape: tuning.ShapeClass) -> bool:
@@ -145,8 +146,10 @@ class OwnCsrBackend:
         if call.transpose:  # the transposed kernel takes no bias
             _native.spmm_csr(call.rowptr, call.col, call.values, x, None, out, True, False)
             return _add_bias(out, call.bias)
+        state = call.state if call.state is not None else known_structure_state(call.rowptr)
+        bound = -1 if state is None or state.degree_bound is None else state.degree_bound
         _native.spmm_csr(call.rowptr, call.col, call.values, x, call.bias, out, False,
-                         torch.are_deterministic_algorithms_enabled())
+                         torch.are_deterministic_algorithms_enabled(), bound)
         return out
 
 
