@@ -226,6 +226,53 @@ def test_with_pyg_self_loops_matches_pyg(num_src, num_dst, num_edges):
     assert Graph.with_pyg_self_loops(edge_index, (num_src, num_dst + 1))[0] is not graph
 
 
+def test_degree_bound_of_grouped_input():
+    """A graph built from edges grouped by destination knows its largest
+    in-degree (the self-loop graphs one more); other inputs know none."""
+    edge_index = random_graph(40, 40, 300, seed=38, hub_degree=90)
+    grouped = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    max_degree = int(torch.bincount(edge_index[1]).max())
+    graph = Graph.from_edge_index(grouped, 40)
+    assert graph.degree_bound == max_degree
+    assert graph.with_remaining_self_loops().degree_bound == max_degree + 1
+    looped, _, _ = Graph.with_pyg_self_loops(grouped, (40, 40))
+    assert looped.degree_bound == max_degree + 1
+    assert int(looped.in_degree.max()) <= looped.degree_bound
+    if not torch.equal(grouped, edge_index):
+        assert Graph.from_edge_index(edge_index, 40).degree_bound is None
+        assert Graph.with_pyg_self_loops(edge_index, (40, 40))[0].degree_bound is None
+    assert Graph.from_edge_index(torch.empty(2, 0, dtype=torch.long), 5).degree_bound == 0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS] + ["loops"])
+@pytest.mark.parametrize("force_int64", ["0", "1"])
+def test_cuda_native_pyg_self_loops_equal_the_torch_build(name, force_int64, monkeypatch):
+    """The native remove + add self loops of grouped edges (one call) gives
+    the torch build's graph, edge list and kept edges exactly: every
+    property graph, int32 and int64 edges, strided, with many input loops."""
+    monkeypatch.setenv(ENV_FORCE_INT64, force_int64)
+    if name == "loops":
+        num_src = num_dst = 60
+        edge_index = random_graph(60, 60, 400, seed=39)
+        edge_index[0, ::3] = edge_index[1, ::3]  # a third of the edges become self loops
+    else:
+        edge_index, num_src, num_dst = property_case(name, seed_of("native-pyg-loops", name))
+    grouped = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    for dtype in (torch.int32, torch.int64):
+        want_graph, want_looped, want_kept = Graph.with_pyg_self_loops(grouped.to(dtype),
+                                                                       (num_src, num_dst))
+        for layout in _layouts(grouped.to(dtype).cuda()):
+            graph, looped, kept = Graph.with_pyg_self_loops(layout, (num_src, num_dst))
+            assert looped.dtype == dtype and torch.equal(looped.cpu(), want_looped)
+            assert torch.equal(kept.cpu(), want_kept)
+            for got, want in ((graph.rowptr, want_graph.rowptr), (graph.col, want_graph.col),
+                              (graph.row, want_graph.row),
+                              (graph.edge_perm, want_graph.edge_perm)):
+                assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+            assert graph.degree_bound == want_graph.degree_bound
+
+
 @pytest.mark.parametrize("bad, match", [
     (torch.tensor([[0, -1], [1, 2]]), "negative"),
     (torch.tensor([[0, 1, 3], [1, 2, 3]]), "out of range"),  # a self loop past the nodes
@@ -307,7 +354,7 @@ def test_cuda_prefetch_starts_the_one_read_of_a_new_graph():
     edge_index = random_graph(300, 300, 3000, seed=36).cuda()
     reference = Graph.from_edge_index(edge_index, 300)
     fresh = edge_index.clone()
-    prefetch(fresh, 300)
+    prefetch(fresh)
     assert id(fresh) in _STATS_IN_FLIGHT
     assert count_syncs(lambda: Graph.from_input(fresh, num_nodes=300)) == 1
     graph = Graph.from_input(fresh, num_nodes=300)
@@ -315,39 +362,41 @@ def test_cuda_prefetch_starts_the_one_read_of_a_new_graph():
     for got, want in ((graph.rowptr, reference.rowptr), (graph.col, reference.col),
                       (graph.edge_perm, reference.edge_perm)):
         assert torch.equal(got, want)
-    prefetch(fresh, 300)  # cached: nothing to start
-    prefetch(edge_index.cpu(), 300)
-    prefetch(torch.empty(2, 0, dtype=torch.long, device="cuda"), 300)
+    prefetch(fresh)  # cached: nothing to start
+    prefetch(edge_index.cpu())
+    prefetch(torch.empty(2, 0, dtype=torch.long, device="cuda"))
     assert not _STATS_IN_FLIGHT
 
     changed = edge_index.clone()
-    prefetch(changed, 300)
+    prefetch(changed)
     changed[0, 0] = 300  # out of range, written after the statistics were enqueued
     with pytest.raises(ValueError, match="out of range"):
         Graph.from_input(changed, num_nodes=300)
     bad = edge_index.clone()
     bad[1, 7] = -1
-    prefetch(bad, 300)
+    prefetch(bad)
     with pytest.raises(ValueError, match="negative"):
         Graph.from_input(bad, num_nodes=300)
     dropped = edge_index.clone()
-    prefetch(dropped, 300)
+    prefetch(dropped)
     del dropped
     gc.collect()
     assert not _STATS_IN_FLIGHT
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("layer", ["GCNConv", "SAGEConv"])
+@pytest.mark.parametrize("layer", ["GCNConv", "SAGEConv", "GATv2Conv", "TransformerConv"])
 def test_cuda_layers_prefetch_a_new_graph(layer, monkeypatch):
-    """GCNConv and SAGEConv start a new graph's statistics before their
-    projections and give the same outputs and gradients as without."""
+    """Every layer starts a new graph's statistics before its projections
+    and gives the same outputs and gradients as without (up to the order of
+    the hub rows' and the transposed SpMM's atomic sums)."""
     import importlib
 
     import pyg_ioaware.graph
 
     module = importlib.import_module(
-        "pyg_ioaware.nn." + {"GCNConv": "gcn_conv", "SAGEConv": "sage_conv"}[layer])
+        "pyg_ioaware.nn." + {"GCNConv": "gcn_conv", "SAGEConv": "sage_conv",
+                             "GATv2Conv": "gatv2_conv", "TransformerConv": "transformer_conv"}[layer])
     edge_index = random_graph(500, 500, 5000, seed=37, hub_degree=700).cuda()
     x = torch.randn(500, 12, device="cuda", requires_grad=True)
     conv = getattr(module, layer)(12, 8).cuda()
@@ -365,7 +414,7 @@ def test_cuda_layers_prefetch_a_new_graph(layer, monkeypatch):
         results.append((out, grad))
     assert len(started) == 1
     for a, b in zip(*results):
-        assert torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.cuda
@@ -440,20 +489,40 @@ def test_cuda_native_transpose_equals_the_cpu_transpose(name, force_int64, monke
 
 @pytest.mark.cuda
 def test_cuda_native_index_statistics():
+    """One native pass finds the index range, whether the destinations are
+    non-decreasing, the largest in-degree of grouped edges (their longest
+    run of one destination) and the self loops, for any layout and index
+    width, wide and narrow index ranges (runs and loops)."""
     from pyg_ioaware import _native
 
     gen = torch.Generator().manual_seed(7)
     for num_edges in (1, 2, 257, 100_000):
         for dtype in (torch.int32, torch.int64):
-            edge_index = torch.randint(-5, 2**30, (2, num_edges), generator=gen).to(dtype)
-            for grouped in (False, True):
-                ei = edge_index[:, torch.argsort(edge_index[1])] if grouped else edge_index
-                for layout in _layouts(ei.cuda()):
-                    low, high = ei.min(1).values.tolist(), ei.max(1).values.tolist()
+            for high in (2**30, 40):
+                edge_index = torch.randint(-5, high, (2, num_edges), generator=gen).to(dtype)
+                for grouped in (False, True):
+                    ei = edge_index[:, torch.argsort(edge_index[1])] if grouped else edge_index
+                    low, high_ = ei.min(1).values.tolist(), ei.max(1).values.tolist()
                     in_order = bool((ei[1, 1:] >= ei[1, :-1]).all())
-                    assert _native.edge_index_stats(layout) == (*low, *high, in_order)
+                    loops = int((ei[0] == ei[1]).sum())
+                    for layout in _layouts(ei.cuda()):
+                        stats = _native.edge_index_stats(layout)
+                        assert stats[:5] == (*low, *high_, in_order)
+                        assert stats.self_loops == loops
+                        if in_order:
+                            assert stats.longest_run == int(
+                                torch.unique(ei[1], return_counts=True)[1].max())
     extreme = torch.tensor([[2**62, 0], [0, 2**63 - 1]], device="cuda")
-    assert _native.edge_index_stats(extreme) == (0, 0, 2**62, 2**63 - 1, True)
+    assert _native.edge_index_stats(extreme) == (0, 0, 2**62, 2**63 - 1, True, 1, 0)
+
+
+def test_cpu_index_statistics_match_the_native_contract():
+    """The CPU pass (the CUDA pass's twin) on a grouped graph with loops."""
+    from pyg_ioaware.graph import _index_stats
+
+    edge_index = torch.tensor([[3, 1, 1, 2, 0, 4], [0, 1, 1, 1, 3, 3]])
+    assert _index_stats(edge_index) == (0, 0, 4, 3, True, 3, 2)
+    assert _index_stats(edge_index.flip(1)).grouped is False
 
 
 @pytest.mark.cuda

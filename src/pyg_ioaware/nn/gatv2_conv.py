@@ -12,7 +12,7 @@ from torch_geometric.typing import (Adj, NoneType, OptTensor, PairTensor,  # noq
 from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ..graph import Graph
+from ..graph import Graph, prefetch
 from ..ops.attention import graph_gatv2, gatv2_weights_trusted
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
@@ -260,15 +260,16 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         assert x_src.dim() == 2 and x_dst.dim() == 2  # as PyG's forward
         num_src, num_dst = x_src.size(0), x_dst.size(0)
-        # The graph before the projections: a new graph's build reads the
-        # GPU once, and then waits only for work queued before this layer.
-        graph, pyg_edge_index, kept = self._attention_graph(edge_index, num_src, num_dst)
+        # A new graph's one read of the GPU starts before the projections and
+        # is waited for after them: the GPU runs them while the host builds.
+        prefetch(edge_index)
         res = self.res(x_dst) if self.res is not None else None
         x_l = self.lin_l(x_src).view(-1, heads, channels)
         if self.share_weights and isinstance(x, Tensor):
             x_r = x_l
         else:
             x_r = self.lin_r(x_dst).view(-1, heads, channels)
+        graph, pyg_edge_index, kept = self._attention_graph(edge_index, num_src, num_dst)
 
         edge = None
         if edge_attr is not None:

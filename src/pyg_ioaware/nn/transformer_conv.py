@@ -11,7 +11,7 @@ from torch_geometric.nn import TransformerConv as PygTransformerConv
 from torch_geometric.typing import (Adj, NoneType, OptTensor, PairTensor,  # noqa: F401
                                     SparseTensor)
 
-from ..graph import Graph
+from ..graph import Graph, prefetch
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from ..ops.transformer import graph_transformer, transformer_weights_trusted
@@ -211,14 +211,15 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         PyG's forward."""
         heads, channels = self.heads, self.out_channels
         x_src, x_dst = self._node_features(x)
-        # The graph before the projections: a new graph's build reads the
-        # GPU once, and then waits only for work queued before this layer.
-        graph = Graph.from_input(edge_index, (x_src.size(0), x_dst.size(0)))
+        # A new graph's one read of the GPU starts before the projections and
+        # is waited for after them: the GPU runs them while the host builds.
+        prefetch(edge_index)
         if isinstance(x, Tensor):
             q, k, v = self._fused_linear(x, (self.lin_query, self.lin_key, self.lin_value))
         else:
             q = self.lin_query(x_dst).view(x_dst.size(0), heads, channels)
             k, v = self._fused_linear(x_src, (self.lin_key, self.lin_value))
+        graph = Graph.from_input(edge_index, (x_src.size(0), x_dst.size(0)))
 
         edge = None
         if self.lin_edge is not None:
