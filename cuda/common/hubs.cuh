@@ -41,13 +41,15 @@ __device__ __forceinline__ int64_t last_at_most(int64_t count, int64_t target, K
 }
 
 // Registers `row` (`degree` entries, split into chunks of `chunk`) from
-// lane 0 and tells every lane of the warp whether it was taken: false where
-// the list is full (the caller then does the row itself; chunks counted for
-// it are empty ranges, see hub_chunk_range). Every lane must call it.
+// lane `leader` and tells every lane of `mask` (the lanes working on the
+// row: the whole warp by default) whether it was taken: false where the
+// list is full (the caller then does the row itself; chunks counted for it
+// are empty ranges, see hub_chunk_range). Every lane of `mask` must call it.
 __device__ __forceinline__ bool register_hub(const HubList& list, int64_t row, int64_t degree,
-                                             int64_t chunk, int lane) {
+                                             int64_t chunk, int lane,
+                                             unsigned mask = 0xffffffffu, int leader = 0) {
   int taken = 0;
-  if (lane == 0) {
+  if (lane == leader) {
     const unsigned long long chunks = (degree + chunk - 1) / chunk;
     const unsigned long long old = atomicAdd(list.counter, (1ull << kHubCountShift) + chunks);
     const int64_t slot = static_cast<int64_t>(old >> kHubCountShift);
@@ -56,7 +58,7 @@ __device__ __forceinline__ bool register_hub(const HubList& list, int64_t row, i
       taken = 1;
     }
   }
-  return __shfl_sync(0xffffffffu, taken, 0) != 0;
+  return __shfl_sync(mask, taken, leader) != 0;
 }
 
 // Hubs registered (at most the capacity) and chunks counted, read after

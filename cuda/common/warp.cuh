@@ -33,6 +33,12 @@ struct WarpLayout {
   __device__ int sub_group(int lane) const { return lane >> shift; }
   __device__ int sub_groups() const { return kWarpSize >> shift; }
   __device__ int lane_in_group(int lane) const { return lane & ((1 << shift) - 1); }
+  // The lanes of `lane`'s sub-group, as a shuffle mask, and the first of them.
+  __device__ unsigned group_mask(int lane) const {
+    const unsigned lanes_mask = shift == 5 ? 0xffffffffu : (1u << (1 << shift)) - 1u;
+    return lanes_mask << (sub_group(lane) << shift);
+  }
+  __device__ int group_leader(int lane) const { return sub_group(lane) << shift; }
   // The q-th piece `lane` holds in the pass starting at piece `base`.
   __device__ int64_t piece(int lane, int64_t base, int q) const {
     return base + lane_in_group(lane) + (static_cast<int64_t>(q) << shift);

@@ -68,6 +68,24 @@ WarpLayout warp_layout(int64_t pieces, int per_lane) {
   return WarpLayout{shift};
 }
 
+// Whether the forward gives each sub-group a row of its own
+// (spmm_rows_grouped_kernel) rather than a warp a row: for narrow rows of
+// 4-byte and wider elements, and for narrow 16-bit rows where the average
+// row is shorter than the entries one warp step takes (sub-groups x
+// kUnroll). Measured at D=64 on an H200 (share of copy bandwidth, warp per
+// row -> sub-group per row): fp32 pokec-like 81% -> 84%, web-like 56% ->
+// 82%, products-like 85% -> 91%; bf16 web-like (4.5 entries a row) 27% ->
+// 46%, but pokec-like (19) 52% -> 43% and products-like (25) 56% -> 48%: a
+// 16-bit row costs twice the instructions per byte (conversion and FMA per
+// element), and diverged sub-groups issue them apart.
+template <typename Traits>
+bool grouped_rows(const pygio_spmm_csr_params& p, WarpLayout layout) {
+  const int sub_groups = kWarpSize >> layout.shift;
+  if (sub_groups == 1) return false;
+  if (sizeof(typename Traits::scalar_t) >= 4) return true;
+  return p.a.nnz < p.a.num_rows * sub_groups * Traits::kUnroll;
+}
+
 template <typename Traits>
 int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   using acc_t = typename Traits::acc_t;
@@ -83,10 +101,15 @@ int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
     PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, zeroed, stream));
   }
   const WarpLayout layout = warp_layout(p.width / Traits::kVec, Traits::kPieces);
+  const int sub_groups = grouped_rows<Traits>(p, layout) ? kWarpSize >> layout.shift : 1;
   unsigned grid = 0;
-  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                          p.device, &grid));
-  spmm_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, ws);
+  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock * sub_groups,
+                          Traits::kThreadsPerBlock, p.device, &grid));
+  if (sub_groups > 1)
+    spmm_rows_grouped_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout,
+                                                                                    ws);
+  else
+    spmm_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, ws);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   if (slots == 0) return PYGIO_OK;
   // Every hub chunk is a warp's work; at most nnz / kHubChunk + slots chunks.
