@@ -9,7 +9,10 @@ convention: rows are destinations, columns sources).
 Building it costs at most one sort and exactly one host synchronisation
 (the index-range check, which also finds out whether the edges are already
 grouped by destination, as PyG's neighbour samplers emit them; then no sort
-runs at all). It holds CSR by destination:
+runs at all, and the largest in-degree comes with it: ``degree_bound``).
+Layers start that read before their projections (:func:`prefetch`) and
+wait for it after them, so the GPU keeps working meanwhile. It holds CSR
+by destination:
 
 * ``rowptr`` [num_dst + 1], ``col`` [E] (sources) and ``row`` [E]
   (destinations), entries grouped by destination in input order within a
@@ -20,7 +23,7 @@ runs at all). It holds CSR by destination:
 
 Everything else is derived lazily, the first time something needs it, and
 kept on :attr:`Graph.state` (a :class:`GraphState`): the CSR^T by source
-(one more sort, built when a backward needs A^T), the graph with PyG's
+(one more sort, native on CUDA, built when a backward needs A^T), the graph with PyG's
 remaining self loops (no sort), normalized edge values and native plans.
 All of it is released with the Graph and counted by :attr:`Graph.nbytes`.
 
