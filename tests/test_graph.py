@@ -372,16 +372,19 @@ def test_cuda_prefetch_starts_the_one_read_of_a_new_graph():
     changed[0, 0] = 300  # out of range, written after the statistics were enqueued
     with pytest.raises(ValueError, match="out of range"):
         Graph.from_input(changed, num_nodes=300)
+    assert id(changed) not in _STATS_IN_FLIGHT
     bad = edge_index.clone()
     bad[1, 7] = -1
     prefetch(bad)
     with pytest.raises(ValueError, match="negative"):
         Graph.from_input(bad, num_nodes=300)
+    assert id(bad) not in _STATS_IN_FLIGHT
     dropped = edge_index.clone()
     prefetch(dropped)
     del dropped
     gc.collect()
-    assert not _STATS_IN_FLIGHT
+    # Only tensors alive hold statistics in flight (a dead one's entry goes with it).
+    assert all(in_flight.tensor() is not None for in_flight in _STATS_IN_FLIGHT.values())
 
 
 @pytest.mark.cuda

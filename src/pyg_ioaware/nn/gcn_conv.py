@@ -171,7 +171,7 @@ class GCNConv(FusedMessagePassing):
         """One SpMM over the (cached) normalized graph; same result as
         :meth:`pyg_forward`. X W, which needs no graph, is enqueued while a
         new graph's index statistics come back
-        (:func:`pyg_ioaware.graph.prefetch`)."""
+        (``pyg_ioaware.graph.prefetch``)."""
         node_dim = self.fused_node_dim(x)
         self.check_flow(edge_index)
         if self._cached_edge_index is None:  # no graph kept from an earlier call

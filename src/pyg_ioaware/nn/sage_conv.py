@@ -204,7 +204,7 @@ class SAGEConv(FusedMessagePassing):
         """One fused aggregation between the linear maps; same result as
         :meth:`pyg_forward`. The maps that need no graph (``lin`` with
         ``project``, the root term ``lin_r``) are enqueued while a new
-        graph's index statistics come back (:func:`pyg_ioaware.graph.prefetch`)."""
+        graph's index statistics come back (``pyg_ioaware.graph.prefetch``)."""
         self.check_flow(edge_index)
         num_nodes = self._num_nodes((x, x) if isinstance(x, Tensor) else tuple(x), edge_index,
                                     size)
