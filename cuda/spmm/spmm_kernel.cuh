@@ -35,12 +35,11 @@ using RowAcc = typename Traits::acc_t[Traits::kPieces][Traits::kVec];
 
 // This lane's share of sum over entries first, first + stride, ... < end of
 // values[e] * x[col[e], pieces of this lane from piece_base], kUnroll
-// gathered loads in flight, in `steps` steps of kUnroll entries (enough
-// for its entries; steps past them load nothing).
+// gathered loads in flight. The lanes of one sub-group must call it alike.
 template <typename Traits>
 __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, WarpLayout layout,
                                                int lane, int64_t piece_base, int64_t first,
-                                               int64_t end, int64_t stride, int64_t steps,
+                                               int64_t end, int64_t stride,
                                                RowAcc<Traits>& acc) {
   using scalar_t = typename Traits::scalar_t;
   using value_t = typename Traits::value_t;
@@ -56,8 +55,7 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
   for (int q = 0; q < P; ++q)
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[q][i] = 0;
-  for (int64_t step = 0; step < steps; ++step) {
-    const int64_t e0 = first + step * stride * U;
+  for (int64_t e0 = first; e0 < end; e0 += stride * U) {
     int64_t src[U];
     acc_t scale[U];
 #pragma unroll
@@ -96,9 +94,8 @@ template <typename Traits>
 __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, WarpLayout layout,
                                             int lane, int64_t piece_base, int64_t begin,
                                             int64_t end, RowAcc<Traits>& acc) {
-  const int64_t per_step = static_cast<int64_t>(layout.sub_groups()) * Traits::kUnroll;
   gather_entries<Traits>(p, layout, lane, piece_base, begin + layout.sub_group(lane), end,
-                         layout.sub_groups(), (end - begin + per_step - 1) / per_step, acc);
+                         layout.sub_groups(), acc);
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q)
@@ -180,43 +177,40 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
 }
 
 // Narrow rows (layout.lanes() < kWarpSize, one pass over a row's pieces):
-// warp w takes rows [w * sub_groups, (w + 1) * sub_groups), then those
-// sub_groups * (warps of the grid) further on, a row per sub-group, each
-// lane summing its row's entries in CSR order, so short rows keep every
-// lane loading. Each sub-group takes the steps its own row needs: waiting
-// for the warp's longest row (one undiverged loop) measured slower on
-// pokec-like and web-like at D=64 (fp32 72% / 69% of copy bandwidth
-// against 84% / 82%).
+// sub-group g of warp w takes rows (w * sub_groups + g) + k * (all
+// sub-groups of the grid), each lane summing its row's entries in CSR
+// order, so short rows keep every lane loading. The sub-groups run free of
+// each other (each its own loop over rows and over entries): stepping them
+// together, every row batch waiting for the warp's longest row, measured
+// slower (pokec-like D=64 fp32 72% of copy bandwidth against 84%, web-like
+// 69% against 82%), and so did a loop over a count of steps in place of
+// the loop over entries (73% and 71%).
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     spmm_rows_grouped_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
                              const HubWorkspace<typename Traits::acc_t> ws) {
   using index_t = typename Traits::index_t;
-  constexpr int U = Traits::kUnroll;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int lane = threadIdx.x % kWarpSize;
   const int subs = layout.sub_groups();
+  const unsigned mask = layout.group_mask(lane);
+  const int leader = layout.group_leader(lane);
   const int64_t pieces = p.width / Traits::kVec;
-  const int64_t rows_per_pass = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock * subs;
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock * subs;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                  threadIdx.x / kWarpSize) * subs + layout.sub_group(lane);
   int64_t next_begin = 0, next_end = 0;
   if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
-  // The loop bound is the warp's first row: the same in every lane.
-  for (int64_t first = row - layout.sub_group(lane); first < p.a.num_rows;
-       first += rows_per_pass, row += rows_per_pass) {
-    // The next rows' extents are loaded before this step's work: their latency hides behind it.
-    int64_t begin = next_begin, end = next_end;
-    next_begin = next_end = 0;
-    if (row + rows_per_pass < p.a.num_rows)
-      next_begin = rowptr[row + rows_per_pass], next_end = rowptr[row + rows_per_pass + 1];
-    const bool hub = ws.list.hubs != nullptr && end - begin > ws.threshold &&
-                     register_hub(ws.list, row, end - begin, kHubChunk, lane,
-                                  layout.group_mask(lane), layout.group_leader(lane));
-    if (hub) end = begin;  // the hub kernels sum and write this row
+  for (; row < p.a.num_rows; row += groups) {
+    // The next row's extent is loaded before this row's work: its latency hides behind it.
+    const int64_t begin = next_begin, end = next_end;
+    if (row + groups < p.a.num_rows)
+      next_begin = rowptr[row + groups], next_end = rowptr[row + groups + 1];
+    if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
+        register_hub(ws.list, row, end - begin, kHubChunk, lane, mask, leader))
+      continue;  // the hub kernels sum and write this row
     RowAcc<Traits> acc;
-    gather_entries<Traits>(p, layout, lane, 0, begin, end, 1, (end - begin + U - 1) / U, acc);
-    if (hub || row >= p.a.num_rows) continue;
+    gather_entries<Traits>(p, layout, lane, 0, begin, end, 1, acc);
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q) {
       const int64_t piece = layout.piece(lane, 0, q);
