@@ -49,6 +49,12 @@ RUN_TITLES = {
     "results_h200_native_graph_build_minibatch":
         "Mini-batch steps after the native graph build and mean values, 40 steps per median "
         "(issue 5)",
+    "results_h200_new_graph_minibatch":
+        "Mini-batch steps after prefetch, the native CSR^T and PyG self loops, variants "
+        "interleaved (issue 5)",
+    "results_h200_grouped_spmm_gcn":
+        "GCNConv D=64 and D=512 on the small suite graphs with a sub-group per narrow row "
+        "(issue 6)",
 }
 
 
