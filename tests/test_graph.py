@@ -399,7 +399,8 @@ def test_cuda_layers_prefetch_a_new_graph(layer, monkeypatch):
 
     module = importlib.import_module(
         "pyg_ioaware.nn." + {"GCNConv": "gcn_conv", "SAGEConv": "sage_conv",
-                             "GATv2Conv": "gatv2_conv", "TransformerConv": "transformer_conv"}[layer])
+                             "GATv2Conv": "gatv2_conv",
+                             "TransformerConv": "transformer_conv"}[layer])
     edge_index = random_graph(500, 500, 5000, seed=37, hub_degree=700).cuda()
     x = torch.randn(500, 12, device="cuda", requires_grad=True)
     conv = getattr(module, layer)(12, 8).cuda()

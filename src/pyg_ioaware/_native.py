@@ -1076,15 +1076,17 @@ EDGE_STATS = 7
 
 
 class EdgeIndexStats(NamedTuple):
-    """What one pass over an edge_index finds (pygio_edge_index_stats)."""
+    """What one pass over an edge_index finds (pygio_edge_index_stats): the
+    index range, whether the destinations are non-decreasing (``grouped``),
+    the most consecutive edges into one destination (``longest_run``: the
+    largest in-degree where grouped) and the edges with src == dst."""
     min_src: int
     min_dst: int
     max_src: int
     max_dst: int
-    grouped: bool  # destinations non-decreasing
-    longest_run: int  # most consecutive edges into one destination: the largest in-degree
-    #                   where grouped
-    self_loops: int  # edges with src == dst
+    grouped: bool
+    longest_run: int
+    self_loops: int
 
 
 def enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:

@@ -23,8 +23,9 @@ by destination:
 
 Everything else is derived lazily, the first time something needs it, and
 kept on :attr:`Graph.state` (a :class:`GraphState`): the CSR^T by source
-(one more sort, native on CUDA, built when a backward needs A^T), the graph with PyG's
-remaining self loops (no sort), normalized edge values and native plans.
+(one more sort, native on CUDA, built when a backward needs A^T), the
+graph with PyG's remaining self loops (no sort), normalized edge values
+and native plans.
 All of it is released with the Graph and counted by :attr:`Graph.nbytes`.
 
 Index tensors are int32 while node and edge counts fit, else int64.
@@ -546,7 +547,7 @@ class _StatsInFlight:
         self.copied = torch.cuda.Event()
         self.copied.record(torch.cuda.current_stream(edge_index.device))
 
-    def read(self) -> Tuple[int, int, int, int, bool]:
+    def read(self) -> _native.EdgeIndexStats:
         """The statistics, as _native.edge_index_stats gives them (waits for
         the copy: the build's one host synchronisation, now without the work
         enqueued after it)."""
@@ -561,14 +562,13 @@ _STATS_IN_FLIGHT: Dict[int, _StatsInFlight] = {}
 def prefetch(adj: Any) -> None:
     """Starts the one host read of building a Graph of ``adj`` (a CUDA
     edge_index the cache holds no graph of): its index statistics are
-    computed and copied to the host without waiting. A layer
-    calls this before work that needs no graph (its projections), then
+    computed and copied to the host without waiting. A layer calls this
+    before work that needs no graph (its projections), then
     :meth:`Graph.from_input` (or :meth:`Graph.with_pyg_self_loops`): the
-    build waits only for the copy, while the
-    GPU runs what was enqueued after it, so a new graph no longer leaves
-    the GPU idle while the host builds it. Anything else (a cached graph,
-    other inputs, torch.compile, CUDA-graph capture) is left to
-    :meth:`Graph.from_input` as it is."""
+    build waits only for the copy, while the GPU runs what was enqueued
+    after it, so a new graph no longer leaves the GPU idle while the host
+    builds it. Anything else (a cached graph, other inputs, torch.compile,
+    CUDA-graph capture) is left to :meth:`Graph.from_input` as it is."""
     if (type(adj) is not Tensor or not adj.is_cuda or adj.dim() != 2 or adj.size(0) != 2
             or adj.size(1) == 0 or adj.dtype not in (torch.int32, torch.int64)
             or torch.compiler.is_compiling() or _native.library() is None
@@ -767,9 +767,9 @@ def _check_edge_index(edge_index: Tensor) -> None:
 def _check_index_range(stats: _native.EdgeIndexStats, num_src: int, num_dst: int) -> None:
     """ValueError unless the sources / destinations of ``stats`` lie in
     [0, num_src) / [0, num_dst)."""
-    for what, low, high, size in (("source (edge_index[0])", stats.min_src, stats.max_src, num_src),
-                                  ("destination (edge_index[1])", stats.min_dst, stats.max_dst,
-                                   num_dst)):
+    rows = (("source (edge_index[0])", stats.min_src, stats.max_src, num_src),
+            ("destination (edge_index[1])", stats.min_dst, stats.max_dst, num_dst))
+    for what, low, high, size in rows:
         if low < 0:
             raise ValueError(f"Graph: {what} index {low} is negative")
         if high >= size:

@@ -164,8 +164,8 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: Batch,
 
 class StepTimer:
     """One variant's model and SGD optimizer, timing whole training steps
-    cycling through ``batches``: :meth:`run` appends the ms of each step to
-    :attr:`times` (CUDA events on a GPU, read at :meth:`finish`).
+    cycling through ``batches``: :meth:`run` marks each step's start and
+    end (CUDA events on a GPU), :meth:`finish` gives the median.
 
     ``new_graph``: every step gets a clone of the batch's edge_index (made
     inside the timed step, as a loader makes a new tensor); otherwise the
