@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "search.cuh"
 #include "warp.cuh"
 
 namespace pygio {
@@ -27,18 +28,6 @@ struct HubList {
   HubEntry* hubs;               // capacity entries
   int64_t capacity;
 };
-
-// The last index i in [0, count) with key(i) <= target (key non-decreasing,
-// key(0) <= target).
-template <typename Key>
-__device__ __forceinline__ int64_t last_at_most(int64_t count, int64_t target, Key key) {
-  int64_t lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (key(mid) <= target) lo = mid; else hi = mid - 1;
-  }
-  return lo;
-}
 
 // Registers `row` (`degree` entries, split into chunks of `chunk`) from
 // lane `leader` and tells every lane of `mask` (the lanes working on the

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "../common/search.cuh"
 #include "graph_traits.cuh"
 
 namespace pygio {
@@ -28,19 +29,14 @@ __device__ __forceinline__ long long edge_entry(const void* base, int64_t stride
   return static_cast<long long>(static_cast<const index_t*>(base)[e * stride]);
 }
 
-// The first e' in (e, num_edges) whose destination differs from edge e's,
-// where the destinations are non-decreasing (num_edges where none): the end
-// of the run of edges into dst[e]. Elsewhere some index in (e, num_edges].
+// The destination of edge e, as a search key.
 template <typename index_t>
-__device__ __forceinline__ int64_t run_end(const pygio_edges& edges, int64_t e, long long dst) {
-  int64_t low = e + 1, high = edges.num_edges;
-  while (low < high) {
-    const int64_t mid = low + (high - low) / 2;
-    if (edge_entry<index_t>(edges.dst, edges.dst_stride, mid) <= dst) low = mid + 1;
-    else high = mid;
+struct EdgeDst {
+  const pygio_edges& edges;
+  __device__ long long operator()(int64_t e) const {
+    return edge_entry<index_t>(edges.dst, edges.dst_stride, e);
   }
-  return low;
-}
+};
 
 // Grid-stride over the edges; each block reduces its threads' stats in
 // shared memory and merges them into p.stats with one atomic per slot. A
@@ -64,9 +60,10 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     const long long previous =
         e > 0 ? edge_entry<index_t>(edges.dst, edges.dst_stride, e - 1) : dst;
     if (dst < previous) stats[kOrder] = 0;
-    if (e == 0 || dst != previous)
-      stats[kNotLongestRun] = min(stats[kNotLongestRun],
-                                  ~static_cast<long long>(run_end<index_t>(edges, e, dst) - e));
+    if (e == 0 || dst != previous) {  // a run starts: its end, where the edges are grouped
+      const int64_t end = first_above(e + 1, edges.num_edges, dst, EdgeDst<index_t>{edges});
+      stats[kNotLongestRun] = min(stats[kNotLongestRun], ~static_cast<long long>(end - e));
+    }
     stats[kSelfLoops] += src == dst;
   }
   __shared__ long long block_stats[Traits::kWarpsPerBlock][kNumStats];
@@ -91,13 +88,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 // dst non-decreasing.
 template <typename index_t>
 __device__ __forceinline__ int64_t first_edge_at_or_after(const pygio_edges& edges, int64_t r) {
-  int64_t low = 0, high = edges.num_edges;
-  while (low < high) {
-    const int64_t mid = low + (high - low) / 2;
-    if (edge_entry<index_t>(edges.dst, edges.dst_stride, mid) < r) low = mid + 1;
-    else high = mid;
-  }
-  return low;
+  return first_at_least(0, edges.num_edges, r, EdgeDst<index_t>{edges});
 }
 
 // Grid-stride over max(num_edges, num_rows + 1): entry i copies edge i into
@@ -138,13 +129,6 @@ struct IsSelfLoop {
   }
 };
 
-// The first e in [0, num_edges) with dst[e] > r (num_edges where none), for
-// dst non-decreasing.
-template <typename index_t>
-__device__ __forceinline__ int64_t first_edge_after(const pygio_edges& edges, int64_t r) {
-  return first_edge_at_or_after<index_t>(edges, r + 1);
-}
-
 // PyG's remove + add self loops on grouped edges (contract:
 // pygio_csr_pyg_self_loops), after `loops_before` [num_edges + 1] holds the
 // exclusive prefix count of the input's self loops. Grid-stride over
@@ -184,7 +168,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       }
     }
     if (i < p.num_loops) {
-      const int64_t after = first_edge_after<index_t>(edges, i);
+      const int64_t after = first_above(0, edges.num_edges, i, EdgeDst<index_t>{edges});
       const int64_t position = after - loops_before[after] + i;
       edges_src[p.num_kept + i] = static_cast<index_t>(i);
       edges_dst[p.num_kept + i] = static_cast<index_t>(i);

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "../common/search.cuh"
 #include "graph_traits.cuh"
 
 namespace pygio {
@@ -18,19 +19,6 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < nnz;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x)
     positions[e] = static_cast<index_t>(e);
-}
-
-// The first i in [0, count) with sorted[i] >= value (count where none).
-template <typename index_t>
-__device__ __forceinline__ int64_t lower_bound(const index_t* __restrict__ sorted, int64_t count,
-                                               int64_t value) {
-  int64_t low = 0, high = count;
-  while (low < high) {
-    const int64_t mid = low + (high - low) / 2;
-    if (static_cast<int64_t>(sorted[mid]) < value) low = mid + 1;
-    else high = mid;
-  }
-  return low;
 }
 
 // Grid-stride over max(nnz, num_cols + 1), after the sort: entry i of the
@@ -50,7 +38,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < work;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (i < nnz) out_col[i] = row[static_cast<int64_t>(perm[i])];
-    if (i <= num_cols) out_rowptr[i] = static_cast<index_t>(lower_bound(sorted_col, nnz, i));
+    if (i <= num_cols)
+      out_rowptr[i] = static_cast<index_t>(
+          first_at_least(0, nnz, i, [&](int64_t j) { return sorted_col[j]; }));
   }
 }
 
