@@ -9,26 +9,13 @@ launch-bound mini-batch steps; run on a GPU host from a source checkout
 
     python scripts/host_costs.py
 """
-import time
-
 import torch
 
 from pyg_ioaware import Graph, _native
 from pyg_ioaware.bench.minibatch import SIZES, generate_batches
 from pyg_ioaware.ops import normalize
 from pyg_ioaware.ops.spmm import spmm_trusted
-
-
-def host_us(fn, calls=400):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed * 1e6 / calls
+from spmm_probe import host_us  # scripts/ is on sys.path when a script there runs
 
 
 def main() -> None:

@@ -29,15 +29,6 @@ __device__ __forceinline__ long long edge_entry(const void* base, int64_t stride
   return static_cast<long long>(static_cast<const index_t*>(base)[e * stride]);
 }
 
-// The destination of edge e, as a search key.
-template <typename index_t>
-struct EdgeDst {
-  const pygio_edges& edges;
-  __device__ long long operator()(int64_t e) const {
-    return edge_entry<index_t>(edges.dst, edges.dst_stride, e);
-  }
-};
-
 // Grid-stride over the edges; each block reduces its threads' stats in
 // shared memory and merges them into p.stats with one atomic per slot. A
 // run's length is found by the thread at its first edge (binary search).
@@ -61,7 +52,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
         e > 0 ? edge_entry<index_t>(edges.dst, edges.dst_stride, e - 1) : dst;
     if (dst < previous) stats[kOrder] = 0;
     if (e == 0 || dst != previous) {  // a run starts: its end, where the edges are grouped
-      const int64_t end = first_above(e + 1, edges.num_edges, dst, EdgeDst<index_t>{edges});
+      const int64_t end = first_true(e + 1, edges.num_edges, [&](int64_t i) {
+        return edge_entry<index_t>(edges.dst, edges.dst_stride, i) > dst;
+      });
       stats[kNotLongestRun] = min(stats[kNotLongestRun], ~static_cast<long long>(end - e));
     }
     stats[kSelfLoops] += src == dst;
@@ -88,7 +81,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 // dst non-decreasing.
 template <typename index_t>
 __device__ __forceinline__ int64_t first_edge_at_or_after(const pygio_edges& edges, int64_t r) {
-  return first_at_least(0, edges.num_edges, r, EdgeDst<index_t>{edges});
+  return first_true(0, edges.num_edges, [&](int64_t i) {
+    return edge_entry<index_t>(edges.dst, edges.dst_stride, i) >= r;
+  });
 }
 
 // Grid-stride over max(num_edges, num_rows + 1): entry i copies edge i into
@@ -168,7 +163,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       }
     }
     if (i < p.num_loops) {
-      const int64_t after = first_above(0, edges.num_edges, i, EdgeDst<index_t>{edges});
+      const int64_t after = first_edge_at_or_after<index_t>(edges, i + 1);
       const int64_t position = after - loops_before[after] + i;
       edges_src[p.num_kept + i] = static_cast<index_t>(i);
       edges_dst[p.num_kept + i] = static_cast<index_t>(i);

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     if (i < nnz) out_col[i] = row[static_cast<int64_t>(perm[i])];
     if (i <= num_cols)
       out_rowptr[i] = static_cast<index_t>(
-          first_at_least(0, nnz, i, [&](int64_t j) { return sorted_col[j]; }));
+          first_true(0, nnz, [&](int64_t j) { return sorted_col[j] >= i; }));
   }
 }
 
