@@ -117,6 +117,7 @@ def test_cache_sees_in_place_edits_and_node_counts():
 
 
 def test_cache_holds_tensors_weakly():
+    gc.collect()  # earlier tests' tensors in reference cycles go now, not mid-test
     before = len(_GRAPH_CACHE)
     edge_index = random_graph(30, 30, 100, seed=8)
     graph = Graph.from_input(edge_index, num_nodes=30)
