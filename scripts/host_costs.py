@@ -7,18 +7,82 @@ read), then our native entries and Python paths. A diagnosis tool for
 launch-bound mini-batch steps; run on a GPU host from a source checkout
 (PYTHONPATH=src).
 
-    python scripts/host_costs.py
+    python scripts/host_costs.py [--layers]
 """
-import torch
+import argparse
 
-from pyg_ioaware import Graph, _native
+import torch
+import torch_geometric.nn as pyg_nn
+
+from pyg_ioaware import Graph, _native, nn as ours_nn
+from pyg_ioaware.graph import prefetch
 from pyg_ioaware.bench.minibatch import SIZES, generate_batches
 from pyg_ioaware.ops import normalize
 from pyg_ioaware.ops.spmm import spmm_trusted
 from spmm_probe import host_us  # scripts/ is on sys.path when a script there runs
 
 
+class Identity(torch.autograd.Function):
+    """A Python autograd node doing nothing: what one such node costs."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+def layer_rows(edge_index, x) -> dict:
+    """One layer's call and its pieces, on a graph the cache holds."""
+    n, d = x.size(0), x.size(1)
+    x_grad = x.clone().requires_grad_()
+    grad = torch.randn(n, d, device=x.device)
+    ours_gcn = ours_nn.GCNConv(d, d, add_self_loops=False).cuda()
+    pyg_gcn = pyg_nn.GCNConv(d, d, add_self_loops=False).cuda()
+    ours_sage = ours_nn.SAGEConv(d, d).cuda()
+    pyg_sage = pyg_nn.SAGEConv(d, d).cuda()
+    adjacency = ours_gcn._adjacency(edge_index, None, x, 0)
+    h = ours_gcn.lin(x)
+    h_grad = h.detach().clone().requires_grad_()
+
+    def fwd_bwd(layer):
+        return lambda: layer(x_grad, edge_index).backward(grad)
+
+    rows = {}
+    for name, layer in (("ours GCNConv no loops", ours_gcn), ("PyG GCNConv no loops", pyg_gcn),
+                        ("ours SAGEConv", ours_sage), ("PyG SAGEConv", pyg_sage)):
+        layer(x, edge_index)  # fills the cache
+        rows[f"{name}: forward, no grad"] = torch.no_grad()(lambda l=layer: l(x, edge_index))
+        rows[f"{name}: forward + backward"] = fwd_bwd(layer)
+    # Reference points: the autograd engine's own cost per backward call.
+    rows.update({
+        "calibration: h.sum().backward()": lambda: h_grad.sum().backward(),
+        "calibration: (h * 2).sum().backward()": lambda: (h_grad * 2).sum().backward(),
+        "calibration: Python identity Function + sum + backward":
+            lambda: Identity.apply(h_grad).sum().backward(),
+        "propagate(h, no bias).sum() + backward":
+            lambda: adjacency.propagate(h_grad).sum().backward(),
+        "prefetch (cached graph)": lambda: prefetch(edge_index),
+        "GCNConv._adjacency (cached)": lambda: ours_gcn._adjacency(edge_index, None, x, 0),
+        "GCNConv.lin(x), no grad": torch.no_grad()(lambda: ours_gcn.lin(x)),
+        "propagate, no grad": torch.no_grad()(lambda: adjacency.propagate(h, bias=ours_gcn.bias)),
+        "propagate + backward": lambda: adjacency.propagate(h_grad, bias=ours_gcn.bias).backward(
+            grad),
+        "Graph.from_input (cached)": lambda: Graph.from_input(edge_index, n),
+        "SAGEConv._aggregate, no grad": torch.no_grad()(
+            lambda: ours_sage._aggregate((x, x), edge_index, n)),
+        "SAGEConv._combine, no grad": torch.no_grad()(lambda: ours_sage._combine(x, x)),
+    })
+    return rows
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", action="store_true",
+                        help="only the layers' calls and their pieces")
+    args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     batch = generate_batches(SIZES["small"], device="cuda", count=1)[0]
     edge_index, n = batch.edge_index, batch.num_nodes
@@ -29,6 +93,11 @@ def main() -> None:
     small = torch.zeros(8, device="cuda")
     x0, out0 = x[:, :0], torch.empty(n, 0, device="cuda")
     out64 = torch.empty_like(x)
+    if args.layers:
+        rows = layer_rows(edge_index, x)
+        for name, fn in rows.items():
+            print(f"{host_us(fn):9.1f} us  {name}")
+        return
     rows = {
         "ctypes: pygio_abi_version": _native.library().pygio_abi_version,
         "_native.spmm_csr, width 0 (no CUDA call)": lambda: _native.spmm_csr(

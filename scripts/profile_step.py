@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rows", type=int, default=25, help="functions listed per profile")
+    parser.add_argument("--profile-pyg", action="store_true",
+                        help="also list PyG's layers' profile (by default only ours)")
     args = parser.parse_args()
 
     size = SIZES[args.size]
@@ -60,7 +62,7 @@ def main() -> None:
             print(f"\n=== {case.name} {impl} {args.size} {args.precision}: "
                   f"{wall_ms:.2f} ms/step wall, {gpu_ms / len(batches):.2f} ms/step GPU busy, "
                   f"{kernels / len(batches):.0f} CUDA ops/step")
-            if impl != "ours":
+            if impl != "ours" and not args.profile_pyg:
                 continue
             profiler = cProfile.Profile()
             profiler.enable()
