@@ -27,12 +27,15 @@ struct SpmmTraits {
   static constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
   static constexpr int kMinBlocksPerSm = 3;  // caps registers at 80 a thread (3/4 occupancy)
 
-  // Pieces a lane holds for wide rows: 16 accumulators at most; 16-bit
-  // rows rather take two passes with more entries in flight (measured
-  // faster on an H200, and without register spills).
-  static constexpr int wide_pieces() {
-    return sizeof(scalar_t) == 2 ? 1 : (16 / kVec < 4 ? 16 / kVec : 4);
-  }
+  // Pieces a lane holds for wide rows: 16 accumulators at most (4 pieces
+  // of 16-byte fp32 or fp64 loads, 2 of 16-bit), entries in flight as
+  // kUnroll says.
+  // 16-bit rows of 512 took two passes of one piece and 4 entries a lane
+  // before: 2 pieces and 2 entries in one pass measured 79% -> 86% of copy
+  // bandwidth on pokec-like (bf16, D=512, H200), 69% -> 84% on web-like,
+  // 80% -> 87% on products-like; 2 pieces and 3 entries gave 87 / 83 /
+  // 88%, 2 pieces and 4 entries or 4 pieces spilled registers and lost.
+  static constexpr int wide_pieces() { return 16 / kVec < 4 ? 16 / kVec : 4; }
 
   static_assert(sizeof(scalar_t) * kVec <= 16, "a lane loads at most 16 bytes at once");
   static_assert(kPieces >= 1 && kPieces <= 4, "a lane holds 1 to 4 pieces");

@@ -18,7 +18,10 @@ GRAPHS = [
     ("many-hubs", 500, 40, 40000, 0),
     ("bipartite-empty-rows", 50, 700, 900, 0),
 ]
-WIDTHS = [1, 2, 3, 8, 17, 64, 100, 129, 600]
+# 129, 260 and 600 are wide rows (64 pieces and more) of 1-, 4- and
+# 8-element pieces (16-bit: four, four and two pieces a lane, 600 in two
+# passes, the second partial).
+WIDTHS = [1, 2, 3, 8, 17, 64, 100, 129, 260, 600]
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64, "fp16": torch.float16,
           "bf16": torch.bfloat16}
 
