@@ -33,21 +33,42 @@ namespace pygio {
 template <typename Traits>
 using RowAcc = typename Traits::acc_t[Traits::kPieces][Traits::kVec];
 
+// One step's entries e0, e0 + stride, ..., U of them: their source rows
+// (-1 past end) and edge values (0 past end).
+template <typename Traits>
+__device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, int64_t e0,
+                                          int64_t end, int64_t stride,
+                                          typename Traits::index_t (&src)[Traits::kUnroll],
+                                          typename Traits::acc_t (&scale)[Traits::kUnroll]) {
+  using value_t = typename Traits::value_t;
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
+  const auto* __restrict__ values = static_cast<const value_t*>(p.values);
+#pragma unroll
+  for (int u = 0; u < Traits::kUnroll; ++u) {
+    const int64_t e = e0 + stride * u;
+    src[u] = e < end ? col[e] : index_t(-1);
+    scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e])) : acc_t(0);
+  }
+}
+
 // This lane's share of sum over entries first, first + stride, ... < end of
 // values[e] * x[col[e], pieces of this lane from piece_base], kUnroll
-// gathered loads in flight. The lanes of one sub-group must call it alike.
+// gathered loads in flight. Software-pipelined: the next step's column
+// indices and values are loaded while this step's rows are gathered, so
+// each step waits for one round trip to memory instead of two (the
+// gather depends on the index). The lanes of one sub-group must call it
+// alike.
 template <typename Traits>
 __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, WarpLayout layout,
                                                int lane, int64_t piece_base, int64_t first,
                                                int64_t end, int64_t stride,
                                                RowAcc<Traits>& acc) {
   using scalar_t = typename Traits::scalar_t;
-  using value_t = typename Traits::value_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec, P = Traits::kPieces, U = Traits::kUnroll;
-  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
-  const auto* __restrict__ values = static_cast<const value_t*>(p.values);
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const int64_t pieces = p.width / V;
 
@@ -55,15 +76,10 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
   for (int q = 0; q < P; ++q)
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[q][i] = 0;
+  index_t src[U];
+  acc_t scale[U];
+  if (first < end) load_step<Traits>(p, first, end, stride, src, scale);
   for (int64_t e0 = first; e0 < end; e0 += stride * U) {
-    int64_t src[U];
-    acc_t scale[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t e = e0 + stride * u;
-      src[u] = e < end ? static_cast<int64_t>(col[e]) : -1;
-      scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e])) : acc_t(0);
-    }
     Pack<scalar_t, V> packs[U][P];
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -71,8 +87,12 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
       for (int q = 0; q < P; ++q) {
         const int64_t piece = layout.piece(lane, piece_base, q);
         if (src[u] >= 0 && piece < pieces)
-          packs[u][q] = load_pack<V>(x + src[u] * p.x_row_stride + piece * V);
+          packs[u][q] = load_pack<V>(x + static_cast<int64_t>(src[u]) * p.x_row_stride +
+                                     piece * V);
       }
+    index_t next_src[U];
+    acc_t next_scale[U];
+    load_step<Traits>(p, e0 + stride * U, end, stride, next_src, next_scale);
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -83,6 +103,8 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
           for (int i = 0; i < V; ++i)
             acc[q][i] += scale[u] * DTypeTraits<scalar_t>::load(packs[u][q].v[i]);
       }
+#pragma unroll
+    for (int u = 0; u < U; ++u) src[u] = next_src[u], scale[u] = next_scale[u];
   }
 }
 
