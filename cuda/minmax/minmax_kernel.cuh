@@ -23,6 +23,7 @@
 //    CSR^T, every element summed in one lane in CSR^T order).
 #pragma once
 
+#include "../common/gather.cuh"
 #include "pyg_ioaware.h"
 #include "minmax_traits.cuh"
 
@@ -45,17 +46,19 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
   const int sub = layout.sub_group(lane), subs = layout.sub_groups();
 #pragma unroll
   for (int i = 0; i < V; ++i) best[i] = Word::none();
-  for (int64_t e0 = begin + sub; e0 < end; e0 += static_cast<int64_t>(subs) * U) {
-    int64_t src[U];
+  // The next step's sources load while this step's rows are gathered
+  // (common/gather.cuh).
+  const int64_t first = begin + sub, stride = subs;
+  index_t src[U];
+  if (first < end) load_sources(col, first, end, stride, src);
+  for (int64_t e0 = first; e0 < end; e0 += stride * U) {
     Pack<scalar_t, V> packs[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t e = e0 + static_cast<int64_t>(subs) * u;
-      src[u] = e < end ? static_cast<int64_t>(col[e]) : -1;
-    }
-#pragma unroll
     for (int u = 0; u < U; ++u)
-      if (src[u] >= 0 && active) packs[u] = load_pack<V>(x + src[u] * p.x_row_stride + piece * V);
+      if (src[u] >= 0 && active)
+        packs[u] = load_pack<V>(x + static_cast<int64_t>(src[u]) * p.x_row_stride + piece * V);
+    index_t next[U];
+    load_sources(col, e0 + stride * U, end, stride, next);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (src[u] >= 0 && active)
@@ -65,6 +68,8 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
           best[i] = Word::merge(best[i], Word::make(rank_of<Traits::kMax>(v),
                                                     static_cast<int32_t>(src[u])));
         }
+#pragma unroll
+    for (int u = 0; u < U; ++u) src[u] = next[u];
   }
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll

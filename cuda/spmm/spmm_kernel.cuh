@@ -25,6 +25,7 @@
 //  - spmm_cast_kernel: that accumulator -> Y for 16-bit Y.
 #pragma once
 
+#include "../common/gather.cuh"
 #include "pyg_ioaware.h"
 #include "spmm_traits.cuh"
 
@@ -41,25 +42,21 @@ __device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, int64_
                                           typename Traits::index_t (&src)[Traits::kUnroll],
                                           typename Traits::acc_t (&scale)[Traits::kUnroll]) {
   using value_t = typename Traits::value_t;
-  using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
-  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
   const auto* __restrict__ values = static_cast<const value_t*>(p.values);
+  load_sources(static_cast<const typename Traits::index_t*>(p.a.col), e0, end, stride, src);
 #pragma unroll
   for (int u = 0; u < Traits::kUnroll; ++u) {
     const int64_t e = e0 + stride * u;
-    src[u] = e < end ? col[e] : index_t(-1);
     scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e])) : acc_t(0);
   }
 }
 
 // This lane's share of sum over entries first, first + stride, ... < end of
 // values[e] * x[col[e], pieces of this lane from piece_base], kUnroll
-// gathered loads in flight. Software-pipelined: the next step's column
-// indices and values are loaded while this step's rows are gathered, so
-// each step waits for one round trip to memory instead of two (the
-// gather depends on the index). The lanes of one sub-group must call it
-// alike.
+// gathered loads in flight, the next step's column indices and values
+// loaded while this step's rows are gathered (common/gather.cuh). The
+// lanes of one sub-group must call it alike.
 template <typename Traits>
 __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, WarpLayout layout,
                                                int lane, int64_t piece_base, int64_t first,
