@@ -55,6 +55,11 @@ RUN_TITLES = {
     "results_h200_grouped_spmm_gcn":
         "GCNConv D=64 and D=512 on the small suite graphs with a sub-group per narrow row "
         "(issue 6)",
+    "results_h200_wide_16bit_spmm":
+        "GCNConv D=512 in bf16 and fp16 on pokec-like and web-like, wide 16-bit rows in one "
+        "pass and pipelined gathers (issue 6)",
+    "results_h200_pipelined_gather_minibatch":
+        "GCNConv and SAGEConv mini-batch steps with pipelined SpMM gathers (issues 5-7)",
 }
 
 
