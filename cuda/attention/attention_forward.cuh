@@ -33,6 +33,7 @@
 #pragma once
 
 #include "../common/hubs.cuh"
+#include "../common/row_loop.cuh"
 #include "gatv2_traits.cuh"
 
 namespace pygio {
@@ -105,23 +106,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t threshold = gat_hub_threshold(hubs.degree, hubs.list.capacity);
-  int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
-  int64_t next_begin = 0, next_end = 0;
-  if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
-  for (; row < p.a.num_rows; row += warps) {
-    // The next row's extent is loaded before this row's work: its latency hides behind it.
-    const int64_t begin = next_begin, end = next_end;
-    if (row + warps < p.a.num_rows)
-      next_begin = rowptr[row + warps], next_end = rowptr[row + warps + 1];
+  const int64_t first =
+      static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
+  for_each_row(rowptr, p.a.num_rows, first, warps, [&](int64_t row, int64_t begin, int64_t end) {
     if (end - begin > threshold && register_hub(hubs.list, row, end - begin, kGatHubChunk, lane))
-      continue;
+      return;
     for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
       const PassHead head = pass_head(s, lane, h0);
       SoftmaxState<Traits::kElems> state =
           attend<Family, Traits>(p, s, lane, row, head.h, begin, end);
       if (head.active) write_row<Traits>(p, s, lane, row, head.h, state);
     }
-  }
+  });
 }
 
 // The softmax state (m, l, acc) of each (hub chunk, head) into the

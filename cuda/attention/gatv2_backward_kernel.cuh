@@ -28,6 +28,7 @@
 #pragma once
 
 #include "../common/hubs.cuh"
+#include "../common/row_loop.cuh"
 #include "gatv2_kernel.cuh"
 
 namespace pygio {
@@ -217,16 +218,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t threshold = gat_hub_threshold(hubs.degree, hubs.list.capacity);
-  int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
-  int64_t next_begin = 0, next_end = 0;
-  if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
-  for (; row < p.a.num_rows; row += warps) {
-    const int64_t begin = next_begin, end = next_end;
-    if (row + warps < p.a.num_rows)
-      next_begin = rowptr[row + warps], next_end = rowptr[row + warps + 1];
+  const int64_t first =
+      static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
+  for_each_row(rowptr, p.a.num_rows, first, warps, [&](int64_t row, int64_t begin, int64_t end) {
     if (end - begin > threshold && register_hub(hubs.list, row, end - begin, kGatHubChunk, lane)) {
       for (int64_t h = lane; h < s.heads; h += kWarpSize) g[row * s.heads + h] = 0.f;
-      continue;
+      return;
     }
     for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
       const PassHead head = pass_head(s, lane, h0);
@@ -240,7 +237,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
                               head.h * s.channels, s, lane, dxr);
       if (s.layout.lane_in_group(lane) == 0) g[row * s.heads + head.h] = sums.g;
     }
-  }
+  });
 }
 
 // G, A and B of each (hub chunk, head) of a added to the hub's (G in g, A
@@ -302,15 +299,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t threshold = gat_hub_threshold(hubs.degree, hubs.list.capacity);
-  int64_t src = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
-  int64_t next_begin = 0, next_end = 0;
-  if (src < p.a_t.num_rows) next_begin = rowptr_t[src], next_end = rowptr_t[src + 1];
-  for (; src < p.a_t.num_rows; src += warps) {
-    const int64_t begin = next_begin, end = next_end;
-    if (src + warps < p.a_t.num_rows)
-      next_begin = rowptr_t[src + warps], next_end = rowptr_t[src + warps + 1];
+  const int64_t first =
+      static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + threadIdx.x / kWarpSize;
+  for_each_row(rowptr_t, p.a_t.num_rows, first, warps, [&](int64_t src, int64_t begin,
+                                                           int64_t end) {
     if (end - begin > threshold && register_hub(hubs.list, src, end - begin, kGatHubChunk, lane))
-      continue;
+      return;
     for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
       const PassHead head = pass_head(s, lane, h0);
       float dxl[E], datt[E];
@@ -320,7 +314,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
                               head.h * s.channels, s, lane, dxl);
       if (begin < end) atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
     }
-  }
+  });
   end_att_sums(p, s, shared_att);
 }
 
