@@ -8,9 +8,10 @@
     ``ops.spmm.LazyTranspose.MATERIALIZE_WORK`` entries x width, or a later
     backward pass over the same Graph (the graph is reused), builds the
     CSR^T once and runs a plain SpMM over it from then on. With
-    torch.use_deterministic_algorithms(True) it behaves as "materialized". Traced by torch.compile, it uses the
-    CSR^T where the Graph already has one (an eager step built it, or
-    ``graph.transpose`` was read), else the transposed SpMM.
+    torch.use_deterministic_algorithms(True) it behaves as "materialized".
+    Traced by torch.compile, it uses the CSR^T where the Graph already has
+    one (an eager step built it, or ``graph.transpose`` was read), else the
+    transposed SpMM.
     ``"materialized"``: always a plain SpMM over the Graph's CSR^T, built on
     first need (one sort) and cached (deterministic).
     ``"transpose"``: always the transposed SpMM over A's CSR (no
