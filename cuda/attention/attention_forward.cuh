@@ -17,6 +17,8 @@
 //
 // A Family is a struct with
 //   template <typename Traits> static constexpr int unroll();  // entries a step
+//   template <typename Traits> static constexpr int min_blocks();  // of the rows
+//       // kernel an SM holds at least (__launch_bounds__; 0: ptxas's choice)
 //   template <typename Traits, int U> using Entries = ...;     // a step's values
 //   template <typename Traits, bool kValues, typename P, typename Step>
 //   static __device__ void for_each_score(const P& p, const GatShape& s, int lane,
@@ -99,7 +101,7 @@ __device__ __forceinline__ void write_row(const P& p, const GatShape& s, int lan
 // row (grid-stride), its heads in passes; rows above the hub threshold are
 // registered for attention_hub_chunks_kernel instead.
 template <typename Family, typename Traits, typename P>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Family::template min_blocks<Traits>())
     attention_rows_kernel(const __grid_constant__ P p, GatShape s, GatHubs hubs) {
   using index_t = typename Traits::index_t;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);

@@ -208,7 +208,7 @@ __device__ __forceinline__ void source_grads(const pygio_gatv2_backward_params& 
 // registered for gatv2_backward_hub_rows_kernel instead (their G zeroed
 // for its atomics).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     gatv2_backward_rows_kernel(const __grid_constant__ pygio_gatv2_backward_params p, GatShape s,
                                GatGradHubs hubs, float* __restrict__ g) {
   using index_t = typename Traits::index_t;
@@ -287,7 +287,7 @@ __global__ void gatv2_backward_hub_rows_finish_kernel(const __grid_constant__
 // hub: a warp per row (grid-stride), its heads in passes; rows above the
 // hub threshold are registered for gatv2_backward_hub_sources_kernel instead.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     gatv2_backward_sources_kernel(const __grid_constant__ pygio_gatv2_backward_params p,
                                   GatShape s, GatGradHubs hubs, const float* __restrict__ g,
                                   bool shared_att) {

@@ -120,7 +120,7 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
 // (grid-stride), its heads in passes; a row above the hub threshold gets
 // its Delta and is registered for transformer_backward_hub_rows_kernel.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     transformer_backward_rows_kernel(const __grid_constant__ pygio_transformer_backward_params p,
                                      GatShape s, GatGradHubs hubs, float* __restrict__ delta) {
   using index_t = typename Traits::index_t;
@@ -269,7 +269,7 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
 // warp per row (grid-stride), its heads in passes; rows above the hub
 // threshold are registered for transformer_backward_hub_sources_kernel.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     transformer_backward_sources_kernel(
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
         GatGradHubs hubs, const float* __restrict__ delta) {

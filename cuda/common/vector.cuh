@@ -3,6 +3,8 @@
 // type. Callers guarantee alignment to N * sizeof(T).
 #pragma once
 
+#include <type_traits>
+
 #include "dtype.cuh"
 
 namespace pygio {
@@ -27,6 +29,25 @@ __device__ __forceinline__ Pack<T, N> load_pack(const T* __restrict__ p) {
   Pack<T, N> pack;
   memcpy(&pack, &raw, sizeof(raw));
   return pack;
+}
+
+// out[i] = pack[i] widened to the accumulator type. bf16 pairs are widened
+// from their 32-bit words (a shift and a mask each), never split into
+// 16-bit registers first: that held a register per element.
+template <typename T, int N, typename acc_t>
+__device__ __forceinline__ void widen_pack(const Pack<T, N>& pack, acc_t (&out)[N]) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && N % 2 == 0) {
+    unsigned words[N / 2];
+    memcpy(words, &pack, sizeof(words));
+#pragma unroll
+    for (int w = 0; w < N / 2; ++w) {
+      out[2 * w] = __uint_as_float(words[w] << 16);
+      out[2 * w + 1] = __uint_as_float(words[w] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = DTypeTraits<T>::load(pack.v[i]);
+  }
 }
 
 // acc[i] += scale * p[i] for i < N.

@@ -1,0 +1,62 @@
+"""The attention kernels alone (GATv2 and graph-transformer forward,
+attention weights and backward), per graph, heads x channels and dtype: ms
+and share of the device's copy bandwidth under the benchmark's bytes
+models. A lean twin of the benchmark's kernel rows (no layer, no baseline),
+for trying kernel changes on the large suite graphs in little device time.
+
+    PYTHONPATH=src python scripts/attention_kernel_bandwidth.py \
+        --graphs arxiv-like,pokec-like --shapes gatv2:2x64,transformer:4x128
+"""
+import argparse
+
+import torch
+
+from pyg_ioaware.bench.bandwidth import copy_bandwidth_gbs, time_back_to_back
+from pyg_ioaware.bench.cases import Workload
+from pyg_ioaware.bench.cases.attention import _gatv2_kernels
+from pyg_ioaware.bench.cases.transformer import _transformer_kernels
+from pyg_ioaware.bench.graphs import generate
+
+FAMILIES = {"gatv2": _gatv2_kernels, "transformer": _transformer_kernels}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default="arxiv-like,pokec-like")
+    parser.add_argument("--shapes", default="gatv2:2x64,transformer:4x128",
+                        help="family:HEADSxCHANNELS, comma separated")
+    parser.add_argument("--dtypes", default="fp32,bf16")
+    parser.add_argument("--kernels", default="fwd,bwd",
+                        help="which of fwd, weights, bwd to time")
+    parser.add_argument("--scale", type=float, default=1.0, help="suite graph size factor")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    copy_gbs = copy_bandwidth_gbs(device)
+    wanted = set(args.kernels.split(","))
+    where = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    print(f"device: {where}, copy {copy_gbs:.0f} GB/s")
+    print(f"{'graph':14s} {'shape':17s} {'dtype':5s} {'kernel':32s} {'ms':>8s} {'share':>6s}")
+    for name in args.graphs.split(","):
+        edge_index, num_nodes = generate(name, args.scale, device=device)
+        per_graph = {}
+        for shape in args.shapes.split(","):
+            family, dims = shape.split(":")
+            heads, channels = (int(n) for n in dims.split("x"))
+            for precision in args.dtypes.split(","):
+                work = Workload(edge_index, num_nodes, precision, per_graph=per_graph)
+                for kernel in FAMILIES[family](heads, channels)(work):
+                    kind = "weights" if "weights" in kernel.name else kernel.name.split()[1]
+                    if kind not in wanted:
+                        continue
+                    ms = time_back_to_back(kernel.run, device)
+                    share = kernel.min_bytes / (ms * 1e-3) / 1e9 / copy_gbs
+                    print(f"{name:14s} {shape:17s} {precision:5s} {kernel.name:32s} "
+                          f"{ms:8.3f} {share:6.0%}", flush=True)
+                torch.cuda.empty_cache()
+        del edge_index, per_graph
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
