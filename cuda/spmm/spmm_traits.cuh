@@ -25,7 +25,15 @@ struct SpmmTraits {
   static constexpr int kUnroll = kPieces >= 4 ? 1 : 4 / kPieces;  // entries in flight per lane
   static constexpr int kThreadsPerBlock = 256;
   static constexpr int kWarpsPerBlock = kThreadsPerBlock / kWarpSize;
-  static constexpr int kMinBlocksPerSm = 3;  // caps registers at 80 a thread (3/4 occupancy)
+  // Blocks an SM holds at least (__launch_bounds__): 4 (64 registers, 32
+  // warps an SM) where a lane holds at most 32 bytes of a row, else 3 (80
+  // registers, 24 warps). The kernels are latency-bound: 4 blocks instead
+  // of 3 took D=64 from 80 / 75 / 86% of copy bandwidth to 94 / 88 / 101%
+  // in fp32 and 56 / 51 / 62% to 60 / 55 / 66% in bf16 on pokec- / web- /
+  // products-like (H200), and bf16 D=512 (32 bytes a lane, 76 bytes
+  // spilled) from 93 / 89 / 93% to 94 / 92 / 94%; fp32 D=512 (64 bytes a
+  // lane) spilled and lost 1-2 points; 5 blocks lost everywhere.
+  static constexpr int kMinBlocksPerSm = kPieces * kVec * sizeof(scalar_t) <= 32 ? 4 : 3;
 
   // Pieces a lane holds for wide rows: 16 accumulators at most (4 pieces
   // of 16-byte fp32 or fp64 loads, 2 of 16-bit), entries in flight as

@@ -60,6 +60,15 @@ RUN_TITLES = {
         "pass and pipelined gathers (issue 6)",
     "results_h200_pipelined_gather_minibatch":
         "GCNConv and SAGEConv mini-batch steps with pipelined SpMM gathers (issues 5-7)",
+    "results_h200_attention_occupancy_gatv2":
+        "GATv2Conv (2, 64) with more warps an SM in the attention kernels (issue 8)",
+    "results_h200_attention_occupancy_transformer":
+        "TransformerConv (4, 128) with more warps an SM in the attention kernels (issue 9)",
+    "results_h200_attention_occupancy_minibatch":
+        "GATv2Conv and TransformerConv mini-batch steps, more warps an SM (issues 8, 9)",
+    "results_h200_spmm_occupancy_gcn_d64":
+        "GCNConv D=64 with 4 blocks an SM in the SpMM kernels; mini-batch steps at 10 "
+        "timed steps (issues 5-7)",
 }
 
 
