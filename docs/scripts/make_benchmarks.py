@@ -69,6 +69,9 @@ RUN_TITLES = {
     "results_h200_spmm_occupancy_gcn_d64":
         "GCNConv D=64 with 4 blocks an SM in the SpMM kernels; mini-batch steps at 10 "
         "timed steps (issues 5-7)",
+    "results_h200_spmm_occupancy_minibatch":
+        "GCNConv and SAGEConv mini-batch steps with 4 blocks an SM in the SpMM kernels "
+        "(issues 5-7)",
 }
 
 
