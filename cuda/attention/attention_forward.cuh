@@ -17,8 +17,8 @@
 //
 // A Family is a struct with
 //   template <typename Traits> static constexpr int unroll();  // entries a step
-//   template <typename Traits> static constexpr int min_blocks();  // of the rows
-//       // kernel an SM holds at least (__launch_bounds__; 0: ptxas's choice)
+//   template <typename Traits> static constexpr int min_blocks();  // of the rows and
+//       // hub-chunk kernels an SM holds at least (__launch_bounds__; 0: ptxas's choice)
 //   template <typename Traits, int U> using Entries = ...;     // a step's values
 //   template <typename Traits, bool kValues, typename P, typename Step>
 //   static __device__ void for_each_score(const P& p, const GatShape& s, int lane,
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Family::template min
 // The softmax state (m, l, acc) of each (hub chunk, head) into the
 // workspace (state = chunk * heads + head): a warp per (chunk, pass of heads).
 template <typename Family, typename Traits, typename P>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Family::template min_blocks<Traits>())
     attention_hub_chunks_kernel(const __grid_constant__ P p, GatShape s, GatHubs hubs) {
   using index_t = typename Traits::index_t;
   const int lane = threadIdx.x % kWarpSize;

@@ -243,7 +243,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
 // G, A and B of each (hub chunk, head) of a added to the hub's (G in g, A
 // and B in the accumulator): a warp per (chunk, pass of heads).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     gatv2_backward_hub_rows_kernel(const __grid_constant__ pygio_gatv2_backward_params p,
                                    GatShape s, GatGradHubs hubs, float* __restrict__ g) {
   using index_t = typename Traits::index_t;
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
 // accumulator (grad_edge and grad_att as in gatv2_backward_sources_kernel):
 // a warp per (chunk, pass of heads).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     gatv2_backward_hub_sources_kernel(const __grid_constant__ pygio_gatv2_backward_params p,
                                       GatShape s, GatGradHubs hubs, const float* __restrict__ g,
                                       bool shared_att) {

@@ -44,7 +44,8 @@ struct GatTraits {
   // sizes: up to 128 channels in fp32, 256 in 16-bit).
   static constexpr bool kOnePiece = kPieces == 1 && kVec > 1;
   // Blocks an SM holds at least in the backward rows and sources kernels
-  // (0: ptxas's choice): with one piece a lane, 4 in fp32 and 3 in 16-bit.
+  // and their hub-chunk kernels (0: ptxas's choice): with one piece a
+  // lane, 4 in fp32 and 3 in 16-bit.
   // ptxas then keeps 64 or 80 registers, spilling up to 256 bytes, for 32
   // or 24 warps an SM instead of 16-24 (H200, pokec-like, backward
   // kernels: GATv2 (2, 64) fp32 28.9 -> 24.5 ms, bf16 24.3 -> 22.6 ms;

@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
 // The grad_q terms of each (hub chunk, head) of a added to the hub's
 // accumulator: a warp per (chunk, pass of heads).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     transformer_backward_hub_rows_kernel(
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
         GatGradHubs hubs, const float* __restrict__ delta) {
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
 // the hub's accumulators ([slot, 2, heads * channels]; grad_edge written as
 // in transformer_backward_sources_kernel): a warp per (chunk, pass of heads).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     transformer_backward_hub_sources_kernel(
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
         GatGradHubs hubs, const float* __restrict__ delta) {
