@@ -50,14 +50,6 @@ __device__ __forceinline__ void widen_pack(const Pack<T, N>& pack, acc_t (&out)[
   }
 }
 
-// acc[i] += scale * p[i] for i < N.
-template <int N, typename T, typename acc_t>
-__device__ __forceinline__ void fma_pack(const T* __restrict__ p, acc_t scale, acc_t (&acc)[N]) {
-  const Pack<T, N> pack = load_pack<N>(p);
-#pragma unroll
-  for (int i = 0; i < N; ++i) acc[i] += scale * DTypeTraits<T>::load(pack.v[i]);
-}
-
 // p[i] = acc[i] (converted to T) for i < N.
 template <int N, typename T, typename acc_t>
 __device__ __forceinline__ void store_pack(T* __restrict__ p, const acc_t (&acc)[N]) {
