@@ -18,16 +18,16 @@ constexpr int64_t kMinMaxHubChunk = 256;
 static_assert(kMinMaxHubChunk == PYGIO_MINMAX_MIN_HUB_DEGREE,
               "a hub spans at least one full chunk");
 
-// Rank of a value: larger wins, for min and max alike; never 0. The fp32
-// bits made order-preserving as unsigned, -0.0 folded onto +0.0, every NaN
-// above every number; min ranks by the complement. 16-bit values rank by
-// their exact fp32 widening.
+// Rank of a value: larger wins, for min and max alike; never 0. max ranks
+// v and min ranks -v, by the fp32 bits made order-preserving as unsigned.
+// The add of zero first folds -0.0 onto +0.0 and turns every NaN into the
+// canonical NaN 0x7fffffff (GPU arithmetic keeps no NaN payload or sign),
+// which ranks above every number. 16-bit values rank by their exact fp32
+// widening. Three instructions an element: the forward's inner loop.
 template <bool kMax>
 __device__ __forceinline__ uint32_t rank_of(float v) {
-  if (v != v) return 0xffffffffu;
-  const uint32_t bits = v == 0.0f ? 0u : __float_as_uint(v);
-  const uint32_t key = bits ^ ((bits >> 31) ? 0xffffffffu : 0x80000000u);
-  return kMax ? key : ~key;
+  const uint32_t bits = __float_as_uint(kMax ? v + 0.0f : 0.0f - v);
+  return bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
 }
 
 // The same order for fp64, on 64 bits (fp64 rows are never split: the hub
@@ -44,9 +44,8 @@ __device__ __forceinline__ uint64_t rank_of(double v) {
 // NaN as the canonical NaN).
 template <bool kMax>
 __device__ __forceinline__ float value_of_rank(uint32_t rank) {
-  if (rank == 0xffffffffu) return __uint_as_float(0x7fc00000u);
-  const uint32_t key = kMax ? rank : ~rank;
-  return __uint_as_float((key & 0x80000000u) ? key ^ 0x80000000u : ~key);
+  const float ranked = __uint_as_float(rank ^ ((rank >> 31) ? 0x80000000u : 0xffffffffu));
+  return kMax ? ranked : 0.0f - ranked;
 }
 template <bool kMax>
 __device__ __forceinline__ double value_of_rank(uint64_t rank) {

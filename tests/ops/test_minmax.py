@@ -143,14 +143,14 @@ def bits(t):
 
 # --------------------------------------------------------------- inputs
 def special_values(dtype):
-    """NaN, +-inf, +-0.0, +-subnormal, +-max, small integers."""
+    """+-NaN, +-inf, +-0.0, +-subnormal, +-max, small integers."""
     info = torch.finfo(dtype)
     sub = info.smallest_normal / 2
-    return torch.tensor([math.nan, math.inf, -math.inf, 0.0, -0.0, sub, -sub, info.max,
+    return torch.tensor([math.nan, -math.nan, math.inf, -math.inf, 0.0, -0.0, sub, -sub, info.max,
                          -info.max, 1.0, -1.0, 2.0, -3.0], dtype=torch.float64)
 
 
-SPECIAL_WEIGHTS = torch.tensor([1, 3, 3, 8, 8, 3, 3, 2, 2, 6, 6, 6, 6], dtype=torch.float64)
+SPECIAL_WEIGHTS = torch.tensor([1, 1, 3, 3, 8, 8, 3, 3, 2, 2, 6, 6, 6, 6], dtype=torch.float64)
 
 
 def features(num, width, kind, dtype, gen):

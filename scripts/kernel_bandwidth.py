@@ -1,11 +1,12 @@
-"""The attention kernels alone (GATv2 and graph-transformer forward,
-attention weights and backward), per graph, heads x channels and dtype: ms
-and share of the device's copy bandwidth under the benchmark's bytes
-models. A lean twin of the benchmark's kernel rows (no layer, no baseline),
-for trying kernel changes on the large suite graphs in little device time.
+"""The attention and min / max kernels alone (GATv2 and graph-transformer
+forward, attention weights and backward; neighbour min / max forward,
+forward with arg, backward), per graph, shape and dtype: ms and share of
+the device's copy bandwidth under the benchmark's bytes models. A lean twin
+of the benchmark's kernel rows (no layer, no baseline), for trying kernel
+changes on the large suite graphs in little device time.
 
-    PYTHONPATH=src python scripts/attention_kernel_bandwidth.py \
-        --graphs arxiv-like,pokec-like --shapes gatv2:2x64,transformer:4x128
+    PYTHONPATH=src python scripts/kernel_bandwidth.py \
+        --graphs arxiv-like,pokec-like --shapes gatv2:2x64,transformer:4x128,min:512
 """
 import argparse
 
@@ -14,20 +15,37 @@ import torch
 from pyg_ioaware.bench.bandwidth import copy_bandwidth_gbs, time_back_to_back
 from pyg_ioaware.bench.cases import Workload
 from pyg_ioaware.bench.cases.attention import _gatv2_kernels
+from pyg_ioaware.bench.cases.reduce import _minmax_kernels
 from pyg_ioaware.bench.cases.transformer import _transformer_kernels
 from pyg_ioaware.bench.graphs import generate
 
-FAMILIES = {"gatv2": _gatv2_kernels, "transformer": _transformer_kernels}
+# family -> kernels builder from the shape after the colon (HEADSxCHANNELS
+# for attention, the feature width for min / max)
+FAMILIES = {
+    "gatv2": lambda dims: _gatv2_kernels(*(int(n) for n in dims.split("x"))),
+    "transformer": lambda dims: _transformer_kernels(*(int(n) for n in dims.split("x"))),
+    "min": lambda dims: _minmax_kernels("min", int(dims)),
+    "max": lambda dims: _minmax_kernels("max", int(dims)),
+}
+# kernel name without its family -> the kind --kernels selects by
+KINDS = {"attention weights": "weights", "fwd + arg": "fwd+arg",
+         "bwd deterministic (CSR^T)": "deterministic"}
+
+
+def kind_of(name: str) -> str:
+    """fwd, fwd+arg, weights, bwd or deterministic."""
+    rest = name.split(" ", 1)[1]
+    return KINDS.get(rest, rest.split()[0])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", default="arxiv-like,pokec-like")
     parser.add_argument("--shapes", default="gatv2:2x64,transformer:4x128",
-                        help="family:HEADSxCHANNELS, comma separated")
+                        help="family:SHAPE, comma separated (gatv2:2x64, min:512)")
     parser.add_argument("--dtypes", default="fp32,bf16")
-    parser.add_argument("--kernels", default="fwd,bwd",
-                        help="which of fwd, weights, bwd to time")
+    parser.add_argument("--kernels", default="fwd,fwd+arg,bwd",
+                        help="which of fwd, fwd+arg, weights, bwd, deterministic to time")
     parser.add_argument("--scale", type=float, default=1.0, help="suite graph size factor")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
@@ -42,12 +60,10 @@ def main() -> None:
         per_graph = {}
         for shape in args.shapes.split(","):
             family, dims = shape.split(":")
-            heads, channels = (int(n) for n in dims.split("x"))
             for precision in args.dtypes.split(","):
                 work = Workload(edge_index, num_nodes, precision, per_graph=per_graph)
-                for kernel in FAMILIES[family](heads, channels)(work):
-                    kind = "weights" if "weights" in kernel.name else kernel.name.split()[1]
-                    if kind not in wanted:
+                for kernel in FAMILIES[family](dims)(work):
+                    if kind_of(kernel.name) not in wanted:
                         continue
                     ms = time_back_to_back(kernel.run, device)
                     share = kernel.min_bytes / (ms * 1e-3) / 1e9 / copy_gbs
