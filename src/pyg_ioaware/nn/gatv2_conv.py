@@ -14,6 +14,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 
 from ..graph import Graph, prefetch
 from ..ops.attention import graph_gatv2, gatv2_weights_trusted
+from ..ops.bias_gradient import add_bias, apply_linear
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
@@ -264,11 +265,11 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         # is waited for after them: the GPU runs them while the host builds.
         prefetch(edge_index)
         res = self.res(x_dst) if self.res is not None else None
-        x_l = self.lin_l(x_src).view(-1, heads, channels)
+        x_l = apply_linear(self.lin_l, x_src).view(-1, heads, channels)
         if self.share_weights and isinstance(x, Tensor):
             x_r = x_l
         else:
-            x_r = self.lin_r(x_dst).view(-1, heads, channels)
+            x_r = apply_linear(self.lin_r, x_dst).view(-1, heads, channels)
         graph, pyg_edge_index, kept = self._attention_graph(edge_index, num_src, num_dst)
 
         edge = None
@@ -288,7 +289,7 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         if res is not None:
             out = out + res
         if self.bias is not None:
-            out = out + self.bias
+            out = add_bias(out, self.bias)
         if not return_attention_weights:
             return out
         alpha = gatv2_weights_trusted(graph.rowptr, graph.col, x_l.detach(), x_r.detach(),

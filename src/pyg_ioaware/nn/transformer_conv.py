@@ -4,7 +4,6 @@ import typing
 from typing import Any, Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 from torch_geometric.nn import TransformerConv as PygTransformerConv
@@ -12,6 +11,7 @@ from torch_geometric.typing import (Adj, NoneType, OptTensor, PairTensor,  # noq
                                     SparseTensor)
 
 from ..graph import Graph, prefetch
+from ..ops.bias_gradient import linear
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from ..ops.transformer import graph_transformer, transformer_weights_trusted
@@ -291,7 +291,7 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         strided by the total width."""
         weight = torch.cat([lin.weight for lin in lins])
         bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
-        out = F.linear(x, weight, bias).view(x.size(0), len(lins), self.heads,
+        out = linear(x, weight, bias).view(x.size(0), len(lins), self.heads,
                                              self.out_channels)
         return out.unbind(1)
 

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from .. import _native
 from . import checks
+from .bias_gradient import column_sums
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
 from .spmm_backends import SpmmCall, run_spmm
 
@@ -143,8 +144,7 @@ class SpmmFunction(torch.autograd.Function):
             g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
             grad_values = sddmm_trusted(rowptr, col, g.contiguous(), xx.contiguous())
         if len(ctx.needs_input_grad) > 10 and ctx.needs_input_grad[10]:
-            grad_bias = grad_out.sum(0, dtype=accumulator_dtype(grad_out.dtype)).to(
-                grad_out.dtype)
+            grad_bias = column_sums(grad_out)
         return (None, None, grad_values, None, None, None, grad_x, None, None, None,
                 grad_bias)
 

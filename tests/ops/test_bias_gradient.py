@@ -1,0 +1,110 @@
+"""ops.bias_gradient: column sums, and linear maps and bias adds whose bias
+gradient is a GEMV: against torch's ops in float64 (gradcheck), where they
+take over and where not, and the attention layers through them against
+PyG's layers with the same weights."""
+import pytest
+import torch
+import torch_geometric
+from _helpers import TOLERANCE, assert_runs_match, random_graph, relative_error
+from _helpers import run_attention as run
+
+from pyg_ioaware.nn import GATv2Conv, TransformerConv
+from pyg_ioaware.ops import bias_gradient
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """The GEMV column sums and the autograd nodes taken on any tensor."""
+    monkeypatch.setattr(bias_gradient, "_gemv_wins", lambda t, min_elements: True)
+    monkeypatch.setattr(bias_gradient, "_through_node",
+                        lambda out_elements, x: torch.is_grad_enabled())
+
+
+def node_name(t):
+    return type(t.grad_fn).__name__
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("gemv", [False, True], ids=["torch-sum", "gemv"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_column_sums(device, gemv, dtype, monkeypatch):
+    if gemv:
+        if dtype == torch.bfloat16:
+            pytest.skip("16-bit sums never take the GEMV")
+        monkeypatch.setattr(bias_gradient, "MIN_GEMV_SUM_ELEMENTS", 0)
+        monkeypatch.setattr(bias_gradient.torch.Tensor, "is_cuda", property(lambda t: True))
+    gen = torch.Generator().manual_seed(0)
+    for shape in ((37, 5), (3, 11, 7), (1, 1)):
+        t = torch.randn(shape, generator=gen, dtype=torch.float64)
+        got = bias_gradient.column_sums(t.to(device=device, dtype=dtype))
+        want = t.to(dtype).double().reshape(-1, shape[-1]).sum(0)
+        assert got.dtype == dtype and got.shape == (shape[-1],)
+        assert relative_error(got.double().cpu(), want) < TOLERANCE[dtype] * 10
+
+
+def test_linear_and_add_bias_gradients(forced):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(3, generator=gen, dtype=torch.float64, requires_grad=True)
+    shift = torch.randn(5, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert node_name(bias_gradient.linear(x, weight, bias)) == "_LinearBackward"
+    assert node_name(bias_gradient.add_bias(x, shift)) == "_AddBiasBackward"
+    assert torch.autograd.gradcheck(bias_gradient.linear, (x, weight, bias))
+    assert torch.autograd.gradcheck(bias_gradient.add_bias, (x, shift))
+    assert torch.autograd.gradgradcheck(bias_gradient.linear, (x, weight, bias))
+    # without a bias (nothing to gain), and without gradients: torch's ops
+    assert node_name(bias_gradient.linear(x, weight)) != "_LinearBackward"
+    with torch.no_grad():
+        assert bias_gradient.linear(x, weight, bias).grad_fn is None
+
+
+def test_apply_linear_calls_the_module_where_it_must(forced):
+    lin = torch_geometric.nn.Linear(-1, 4)  # lazy: initialized by its first call
+    x = torch.randn(7, 3, requires_grad=True)
+    out = bias_gradient.apply_linear(lin, x)
+    assert lin.weight.shape == (4, 3) and node_name(out) != "_LinearBackward"
+    assert node_name(bias_gradient.apply_linear(lin, x)) == "_LinearBackward"
+    seen = []
+    lin.register_forward_hook(lambda module, inputs, output: seen.append(output))
+    out = bias_gradient.apply_linear(lin, x)
+    assert len(seen) == 1 and seen[0] is out
+    assert torch.allclose(out, torch.nn.functional.linear(x, lin.weight, lin.bias))
+
+
+@pytest.mark.cuda
+def test_takes_over_only_large_fp32_outputs_outside_autocast(monkeypatch):
+    x = torch.randn(16, 8, device="cuda", requires_grad=True)
+    lin = torch.nn.Linear(8, 4).cuda()
+    assert node_name(bias_gradient.apply_linear(lin, x)) != "_LinearBackward"  # small
+    monkeypatch.setattr(bias_gradient, "MIN_GEMV_ELEMENTS", 64)
+    assert node_name(bias_gradient.apply_linear(lin, x)) == "_LinearBackward"
+    assert node_name(bias_gradient.add_bias(x, lin.weight[0])) == "_AddBiasBackward"
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        out = bias_gradient.apply_linear(lin, x)
+    assert out.dtype == torch.bfloat16 and node_name(out) != "_LinearBackward"
+
+
+def layer_pair(cls, pyg_cls, dtype, device, **kwargs):
+    torch.manual_seed(0)
+    ours = cls(12, 5, heads=2, **kwargs).to(device=device, dtype=dtype)
+    ref = pyg_cls(12, 5, heads=2, **kwargs).to(device=device, dtype=dtype)
+    ref.load_state_dict(ours.state_dict())
+    return ours, ref
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layer", ["gatv2", "transformer"])
+def test_attention_layers_through_gemv_bias_gradients_match_pyg(forced, device, layer):
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    classes = {"gatv2": (GATv2Conv, torch_geometric.nn.GATv2Conv),
+               "transformer": (TransformerConv, torch_geometric.nn.TransformerConv)}
+    ours, ref = layer_pair(*classes[layer], dtype, device)
+    edge_index = random_graph(60, 60, 500, seed=1, hub_degree=80).to(device)
+    x = torch.randn(60, 12, dtype=dtype, device=device)
+    # the softmax cancels the key bias: its gradient is exactly 0
+    zero_grads = ("lin_key.bias",) if layer == "transformer" else ()
+    assert_runs_match(run(ours, x, edge_index), run(ref, x, edge_index),
+                      TOLERANCE[dtype] * 100, zero_grads)
