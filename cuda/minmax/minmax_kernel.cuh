@@ -14,7 +14,8 @@
 //  - minmax_grad_rows_kernel: a warp per row, laid out as the forward;
 //    plain winners get their gradient with one atomicAdd; the elements arg
 //    marks (ties, zeros, NaN) count the row's matches with vector loads,
-//    then add each its share; a hub row with such elements is registered;
+//    keeping the first two, then add each its share (add_walk_shares); a
+//    hub row with such elements is registered;
 //  - minmax_grad_hub_count_kernel / minmax_grad_hub_share_kernel: the same
 //    two walks over hub chunks spread over all SMs, matches merged with
 //    atomicAdd in between;
@@ -357,6 +358,53 @@ __device__ __forceinline__ void count_matches(const pygio_minmax_backward_params
     for (int i = 0; i < V; ++i) matches[i] += __shfl_xor_sync(0xffffffffu, matches[i], offset);
 }
 
+// acc += the shares of the walking elements of this lane's piece over
+// [begin, end) (every lane of the warp calls it alike). One walk counts
+// each element's matches and keeps the first two sources a lane meets;
+// where no lane of the warp met more than two (a tie of two values, or a
+// zero with one match: the common cases), the shares go to those, else a
+// second walk adds them.
+template <typename Traits>
+__device__ __forceinline__ void add_walk_shares(const pygio_minmax_backward_params& p,
+                                                WarpLayout layout, int lane, int64_t piece,
+                                                int64_t begin, int64_t end,
+                                                const GradPiece<Traits>& g,
+                                                typename Traits::acc_t* __restrict__ acc,
+                                                int64_t acc_stride) {
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec;
+  acc_t matches[V];
+  int32_t first[V], second[V];  // sources fit int32: arg codes hold them
+#pragma unroll
+  for (int i = 0; i < V; ++i) matches[i] = 0, first[i] = second[i] = -1;
+  for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
+    if (matches[i] == acc_t(0)) first[i] = static_cast<int32_t>(source);
+    else if (matches[i] == acc_t(1)) second[i] = static_cast<int32_t>(source);
+    matches[i] += 1;
+  });
+  bool kept_all = true;
+#pragma unroll
+  for (int i = 0; i < V; ++i) kept_all = kept_all && matches[i] <= acc_t(2);
+  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
+#pragma unroll
+    for (int i = 0; i < V; ++i) matches[i] += __shfl_xor_sync(0xffffffffu, matches[i], offset);
+  acc_t shares[V];
+#pragma unroll
+  for (int i = 0; i < V; ++i) shares[i] = g.share(i, matches[i]);
+  if (__all_sync(0xffffffffu, kept_all)) {
+    acc_t* __restrict__ at = acc + piece * V;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      if (first[i] >= 0) atomicAdd(at + first[i] * acc_stride + i, shares[i]);
+      if (second[i] >= 0) atomicAdd(at + second[i] * acc_stride + i, shares[i]);
+    }
+    return;
+  }
+  for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
+    atomicAdd(acc + source * acc_stride + piece * V + i, shares[i]);
+  });
+}
+
 // The backward's hub workspace: the hub list (rows above the hub degree
 // with an element that walks) and the matches counted per hub element.
 template <typename acc_t>
@@ -367,8 +415,7 @@ struct GradHubs {
 
 // acc (row stride acc_stride, zeroed) += the gradient of every output
 // element: a warp per row; plain elements with one atomicAdd each, the
-// elements that walk by counting the row's matches, then adding each its
-// share. Hub rows with walking elements are registered for the chunk
+// elements that walk through add_walk_shares. Hub rows with walking elements are registered for the chunk
 // kernels instead of walked here.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
@@ -410,14 +457,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
             atomicAdd(acc + g.code[i] * acc_stride + piece * V + i, g.grad[i]);
       }
       if (hub || !__any_sync(0xffffffffu, g.any_walk)) continue;
-      acc_t matches[V];
-      count_matches<Traits>(p, layout, lane, piece, begin, end, g, matches);
-      acc_t shares[V];
-#pragma unroll
-      for (int i = 0; i < V; ++i) shares[i] = g.share(i, matches[i]);
-      for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
-        atomicAdd(acc + source * acc_stride + piece * V + i, shares[i]);
-      });
+      add_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, acc, acc_stride);
     }
   }
 }
