@@ -8,7 +8,7 @@ import torch_geometric
 from _helpers import TOLERANCE, assert_runs_match, random_graph, relative_error
 from _helpers import run_attention as run
 
-from pyg_ioaware.nn import GATv2Conv, TransformerConv
+from pyg_ioaware.nn import GATv2Conv, SAGEConv, TransformerConv
 from pyg_ioaware.ops import bias_gradient
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
@@ -108,3 +108,26 @@ def test_attention_layers_through_gemv_bias_gradients_match_pyg(forced, device, 
     zero_grads = ("lin_key.bias",) if layer == "transformer" else ()
     assert_runs_match(run(ours, x, edge_index), run(ref, x, edge_index),
                       TOLERANCE[dtype] * 100, zero_grads)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sage_conv_through_gemv_bias_gradient_matches_pyg(forced, device, monkeypatch):
+    sums = []
+    column_sums = bias_gradient.column_sums
+    monkeypatch.setattr(bias_gradient, "column_sums", lambda t: sums.append(t) or column_sums(t))
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    torch.manual_seed(0)
+    ours = SAGEConv(12, 5, aggr="max").to(device=device, dtype=dtype)
+    ref = torch_geometric.nn.SAGEConv(12, 5, aggr="max").to(device=device, dtype=dtype)
+    ref.load_state_dict(ours.state_dict())
+    edge_index = random_graph(60, 60, 500, seed=2, hub_degree=80).to(device)
+    x = torch.randn(60, 12, dtype=dtype, device=device)
+    grads = []
+    for conv in (ours, ref):
+        leaf = x.clone().requires_grad_()
+        out = conv(leaf, edge_index)
+        out.backward(torch.linspace(-1, 1, out.numel(), dtype=dtype, device=device).view_as(out))
+        grads.append([out, leaf.grad] + [p.grad for p in conv.parameters()])
+    assert len(sums) == 1  # lin_l's bias, through the GEMV node (PyG's layer: torch's sum)
+    for got, want in zip(*grads):
+        assert relative_error(got, want) < TOLERANCE[dtype] * 100

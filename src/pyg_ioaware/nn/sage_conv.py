@@ -14,6 +14,7 @@ from torch_geometric.utils import is_sparse, is_torch_sparse_tensor, spmm
 
 from ..graph import Graph, NumNodes, prefetch
 from ..ops.aggregate import aggregate, aggregate_unweighted
+from ..ops.bias_gradient import apply_linear
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .fused_message_passing import FusedMessagePassing
 
@@ -192,7 +193,7 @@ class SAGEConv(FusedMessagePassing):
         pair = self._messages_from(x)
         # propagate_type: (x: OptPairTensor)
         out = self.propagate(edge_index, x=pair, size=size)
-        return self._combine(out, self._root(pair[1]))
+        return self._combine(self.lin_l(out), self._root(pair[1]))
 
     @torch.jit.unused
     def fused_forward(
@@ -211,7 +212,8 @@ class SAGEConv(FusedMessagePassing):
         prefetch(edge_index)
         pair = self._messages_from(x)
         root = self._root(pair[1])
-        return self._combine(self._aggregate(pair, edge_index, num_nodes), root)
+        aggregated = self._aggregate(pair, edge_index, num_nodes)
+        return self._combine(apply_linear(self.lin_l, aggregated), root)
 
     def _messages_from(self, x: Union[Tensor, OptPairTensor]) -> OptPairTensor:
         """(x_src, x_dst), x_src projected by ``lin`` and ReLU with ``project``
@@ -229,10 +231,9 @@ class SAGEConv(FusedMessagePassing):
             return self.lin_r(x_r)
         return None
 
-    def _combine(self, aggregated: Tensor, root: Optional[Tensor]) -> Tensor:
-        """lin_l(aggregated) + root (see :meth:`_root`), normalized with
-        ``normalize`` (both paths; TorchScript-compatible)."""
-        out = self.lin_l(aggregated)
+    def _combine(self, out: Tensor, root: Optional[Tensor]) -> Tensor:
+        """out (lin_l of the aggregation) + root (see :meth:`_root`),
+        normalized with ``normalize`` (both paths; TorchScript-compatible)."""
         if root is not None:
             out = out + root
         if self.normalize:
