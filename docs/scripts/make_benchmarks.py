@@ -72,6 +72,15 @@ RUN_TITLES = {
     "results_h200_spmm_occupancy_minibatch":
         "GCNConv and SAGEConv mini-batch steps with 4 blocks an SM in the SpMM kernels "
         "(issues 5-7)",
+    "results_h200_gemv_bias_gatv2": "GATv2Conv (2, 64) with GEMV bias gradients (issue 8)",
+    "results_h200_gemv_bias_transformer_gcn":
+        "TransformerConv (4, 128) and GCNConv D=64 with GEMV bias gradients (issues 6, 9)",
+    "results_h200_minmax_rank":
+        "min aggregation D=512 with the three-instruction rank, before the one-walk backward "
+        "(issue 7)",
+    "results_h200_rank_gemv_minibatch":
+        "Mini-batch steps of all layers after the min/max rank, one-walk backward and GEMV "
+        "bias gradients (issues 5, 7-9)",
 }
 
 
