@@ -415,8 +415,8 @@ struct GradHubs {
 
 // acc (row stride acc_stride, zeroed) += the gradient of every output
 // element: a warp per row; plain elements with one atomicAdd each, the
-// elements that walk through add_walk_shares. Hub rows with walking elements are registered for the chunk
-// kernels instead of walked here.
+// elements that walk through add_walk_shares. Hub rows with walking
+// elements are registered for the chunk kernels instead of walked here.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_grad_rows_kernel(const __grid_constant__ pygio_minmax_backward_params p,

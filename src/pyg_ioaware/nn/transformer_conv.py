@@ -292,7 +292,7 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         weight = torch.cat([lin.weight for lin in lins])
         bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
         out = linear(x, weight, bias).view(x.size(0), len(lins), self.heads,
-                                             self.out_channels)
+                                           self.out_channels)
         return out.unbind(1)
 
     @torch.jit.unused
