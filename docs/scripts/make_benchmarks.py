@@ -75,6 +75,8 @@ RUN_TITLES = {
     "results_h200_gemv_bias_gatv2": "GATv2Conv (2, 64) with GEMV bias gradients (issue 8)",
     "results_h200_gemv_bias_transformer_gcn":
         "TransformerConv (4, 128) and GCNConv D=64 with GEMV bias gradients (issues 6, 9)",
+    "results_h200_gemv_bias_gcn_suite":
+        "GCNConv D=64 and D=512 fp32 on the whole suite with the GEMV bias gradient (issue 6)",
     "results_h200_minmax_rank":
         "min aggregation D=512 with the three-instruction rank, before the one-walk backward "
         "(issue 7)",
