@@ -19,11 +19,17 @@ from pyg_ioaware.bench.cases.reduce import _minmax_kernels
 from pyg_ioaware.bench.cases.transformer import _transformer_kernels
 from pyg_ioaware.bench.graphs import generate
 
+
+def heads_channels(dims: str):
+    """(heads, channels) of an attention shape HEADSxCHANNELS."""
+    return tuple(int(n) for n in dims.split("x"))
+
+
 # family -> kernels builder from the shape after the colon (HEADSxCHANNELS
 # for attention, the feature width for min / max)
 FAMILIES = {
-    "gatv2": lambda dims: _gatv2_kernels(*(int(n) for n in dims.split("x"))),
-    "transformer": lambda dims: _transformer_kernels(*(int(n) for n in dims.split("x"))),
+    "gatv2": lambda dims: _gatv2_kernels(*heads_channels(dims)),
+    "transformer": lambda dims: _transformer_kernels(*heads_channels(dims)),
     "min": lambda dims: _minmax_kernels("min", int(dims)),
     "max": lambda dims: _minmax_kernels("max", int(dims)),
 }

@@ -340,6 +340,14 @@ __device__ __forceinline__ void for_each_match(const pygio_minmax_backward_param
   }
 }
 
+// v[i] summed over the warp's sub-groups (every lane gets its piece's sums).
+template <typename acc_t, int V>
+__device__ __forceinline__ void sum_over_sub_groups(WarpLayout layout, acc_t (&v)[V]) {
+  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+}
+
 // Matches per walking feature of this lane's piece over [begin, end),
 // summed over the warp's sub-groups.
 template <typename Traits>
@@ -353,9 +361,7 @@ __device__ __forceinline__ void count_matches(const pygio_minmax_backward_params
   for (int i = 0; i < V; ++i) matches[i] = 0;
   for_each_match<Traits>(p, layout, lane, piece, begin, end, g,
                          [&](int64_t, int i) { matches[i] += 1; });
-  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
-#pragma unroll
-    for (int i = 0; i < V; ++i) matches[i] += __shfl_xor_sync(0xffffffffu, matches[i], offset);
+  sum_over_sub_groups(layout, matches);
 }
 
 // acc += the shares of the walking elements of this lane's piece over
@@ -385,9 +391,7 @@ __device__ __forceinline__ void add_walk_shares(const pygio_minmax_backward_para
   bool kept_all = true;
 #pragma unroll
   for (int i = 0; i < V; ++i) kept_all = kept_all && matches[i] <= acc_t(2);
-  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
-#pragma unroll
-    for (int i = 0; i < V; ++i) matches[i] += __shfl_xor_sync(0xffffffffu, matches[i], offset);
+  sum_over_sub_groups(layout, matches);
   acc_t shares[V];
 #pragma unroll
   for (int i = 0; i < V; ++i) shares[i] = g.share(i, matches[i]);

@@ -33,8 +33,7 @@ def test_column_sums(device, gemv, dtype, monkeypatch):
     if gemv:
         if dtype == torch.bfloat16:
             pytest.skip("16-bit sums never take the GEMV")
-        monkeypatch.setattr(bias_gradient, "MIN_GEMV_SUM_ELEMENTS", 0)
-        monkeypatch.setattr(bias_gradient.torch.Tensor, "is_cuda", property(lambda t: True))
+        monkeypatch.setattr(bias_gradient, "_gemv_wins", lambda t, min_elements: True)
     gen = torch.Generator().manual_seed(0)
     for shape in ((37, 5), (3, 11, 7), (1, 1)):
         t = torch.randn(shape, generator=gen, dtype=torch.float64)
