@@ -1,8 +1,8 @@
-// The grid-stride loop over CSR rows of the attention kernels (forward
-// rows, backward destinations and sources). The SpMM row kernels keep
-// their own copy of this loop: written through this helper, ptxas
-// allocated their registers differently and the 16-bit narrow-row kernel
-// spilled 24 bytes (none as a plain loop).
+// Grid-stride loops over CSR rows: for_each_row, the attention kernels'
+// (forward rows, backward destinations and sources), which loads each
+// row's extent one row ahead; RowExtents, the SpMM row kernels', one or
+// two rows ahead (two where a row's first entries load during the row
+// before, which then needs the row's extent).
 #pragma once
 
 #include <stdint.h>
@@ -26,5 +26,41 @@ __device__ __forceinline__ void for_each_row(const index_t* __restrict__ rowptr,
     visit(row, begin, end);
   }
 }
+
+// The extents [begin, end) of the rows row, row + stride, ..., row +
+// kAhead * stride of a grid-stride loop over rows, (0, 0) past num_rows:
+// the loop reads this row's (begin, end) and the next one's (next_begin,
+// next_end), and advance() moves on a row, loading the extent kAhead rows
+// ahead, so each is loaded kAhead - 1 rows before the loop needs it.
+template <typename index_t, int kAhead>
+struct RowExtents {
+  static_assert(kAhead == 1 || kAhead == 2, "extents load one or two rows ahead");
+  index_t begin, end, next_begin, next_end, after_begin, after_end;  // after_*: kAhead == 2
+
+  __device__ RowExtents(const index_t* __restrict__ rowptr, int64_t num_rows, int64_t row,
+                        int64_t stride) {
+    load(rowptr, num_rows, row, begin, end);
+    load(rowptr, num_rows, row + stride, next_begin, next_end);
+    if (kAhead == 2) load(rowptr, num_rows, row + 2 * stride, after_begin, after_end);
+  }
+  // To the extents of `row`, the loop's new row.
+  __device__ void advance(const index_t* __restrict__ rowptr, int64_t num_rows, int64_t row,
+                          int64_t stride) {
+    begin = next_begin, end = next_end;
+    if (kAhead == 1) {
+      load(rowptr, num_rows, row + stride, next_begin, next_end);
+    } else {
+      next_begin = after_begin, next_end = after_end;
+      load(rowptr, num_rows, row + 2 * stride, after_begin, after_end);
+    }
+  }
+
+ private:
+  __device__ static void load(const index_t* __restrict__ rowptr, int64_t num_rows, int64_t row,
+                              index_t& row_begin, index_t& row_end) {
+    row_begin = row < num_rows ? rowptr[row] : index_t(0);
+    row_end = row < num_rows ? rowptr[row + 1] : index_t(0);
+  }
+};
 
 }  // namespace pygio

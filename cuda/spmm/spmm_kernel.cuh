@@ -4,7 +4,10 @@
 // WarpLayout: `lanes` lanes span the row's features (kPieces pieces of kVec
 // elements each, 16-byte loads where alignment allows) and the warp's
 // sub-groups take interleaved entries, each lane keeping kUnroll gathered
-// loads in flight.
+// loads in flight. A step's column indices and values load while the step
+// before is gathered; in the row kernels with Traits::kCarryAcrossRows
+// (4- and 8-byte elements) a row's last step also loads the next row's
+// first, so no row waits for its own first index load.
 //
 // Forward, Y[r] = sum_{e in row r} values[e] X[col[e]] (+ bias):
 //  - spmm_rows_kernel: a warp per row, grid-stride over rows, sub-group
@@ -26,6 +29,7 @@
 #pragma once
 
 #include "../common/gather.cuh"
+#include "../common/row_loop.cuh"
 #include "pyg_ioaware.h"
 #include "spmm_traits.cuh"
 
@@ -34,36 +38,50 @@ namespace pygio {
 template <typename Traits>
 using RowAcc = typename Traits::acc_t[Traits::kPieces][Traits::kVec];
 
-// One step's entries e0, e0 + stride, ..., U of them: their source rows
-// (-1 past end) and edge values (0 past end).
+// The entries first, first + stride, ... < end of one row (or chunk) that
+// one sub-group sums.
+struct EntryRange {
+  int64_t first, end;
+};
+
+// One step's entries e0, e0 + stride, ..., kUnroll of them: their source
+// rows (-1 past the range's end) and edge values (0 past it).
+template <typename Traits>
+struct EntryStep {
+  typename Traits::index_t src[Traits::kUnroll];
+  typename Traits::acc_t scale[Traits::kUnroll];
+};
+
+// The step of entries e0, e0 + stride, ... below end.
 template <typename Traits>
 __device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, int64_t e0,
-                                          int64_t end, int64_t stride,
-                                          typename Traits::index_t (&src)[Traits::kUnroll],
-                                          typename Traits::acc_t (&scale)[Traits::kUnroll]) {
+                                          int64_t end, int64_t stride, EntryStep<Traits>& step) {
   using value_t = typename Traits::value_t;
   using acc_t = typename Traits::acc_t;
   const auto* __restrict__ values = static_cast<const value_t*>(p.values);
-  load_sources(static_cast<const typename Traits::index_t*>(p.a.col), e0, end, stride, src);
+  load_sources(static_cast<const typename Traits::index_t*>(p.a.col), e0, end, stride, step.src);
 #pragma unroll
   for (int u = 0; u < Traits::kUnroll; ++u) {
     const int64_t e = e0 + stride * u;
-    scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e])) : acc_t(0);
+    step.scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e]))
+                            : acc_t(0);
   }
 }
 
-// This lane's share of sum over entries first, first + stride, ... < end of
-// values[e] * x[col[e], pieces of this lane from piece_base], kUnroll
-// gathered loads in flight, the next step's column indices and values
-// loaded while this step's rows are gathered (common/gather.cuh). The
-// lanes of one sub-group must call it alike.
+// This lane's share of sum over `range` of values[e] * x[col[e], pieces of
+// this lane from piece_base], kUnroll gathered loads in flight, each
+// step's column indices and values loaded while the step before is
+// gathered (common/gather.cuh). `step` holds the range's first step on
+// entry; with Traits::kCarryAcrossRows it holds `following`'s first step
+// on return (loaded during the range's last step, so the next range's
+// first gathers wait for no index load), else it is spent. The lanes of
+// one sub-group must call it alike.
 template <typename Traits>
 __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, WarpLayout layout,
-                                               int lane, int64_t piece_base, int64_t first,
-                                               int64_t end, int64_t stride,
-                                               RowAcc<Traits>& acc) {
+                                               int lane, int64_t piece_base, EntryRange range,
+                                               EntryRange following, int64_t stride,
+                                               EntryStep<Traits>& step, RowAcc<Traits>& acc) {
   using scalar_t = typename Traits::scalar_t;
-  using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec, P = Traits::kPieces, U = Traits::kUnroll;
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
@@ -73,54 +91,72 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
   for (int q = 0; q < P; ++q)
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[q][i] = 0;
-  index_t src[U];
-  acc_t scale[U];
-  if (first < end) load_step<Traits>(p, first, end, stride, src, scale);
-  for (int64_t e0 = first; e0 < end; e0 += stride * U) {
+  if (range.first >= range.end) {
+    if (Traits::kCarryAcrossRows)
+      load_step<Traits>(p, following.first, following.end, stride, step);
+    return;
+  }
+  for (int64_t e0 = range.first; e0 < range.end; e0 += stride * U) {
     Pack<scalar_t, V> packs[U][P];
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int q = 0; q < P; ++q) {
         const int64_t piece = layout.piece(lane, piece_base, q);
-        if (src[u] >= 0 && piece < pieces)
-          packs[u][q] = load_pack<V>(x + static_cast<int64_t>(src[u]) * p.x_row_stride +
+        if (step.src[u] >= 0 && piece < pieces)
+          packs[u][q] = load_pack<V>(x + static_cast<int64_t>(step.src[u]) * p.x_row_stride +
                                      piece * V);
       }
-    index_t next_src[U];
-    acc_t next_scale[U];
-    load_step<Traits>(p, e0 + stride * U, end, stride, next_src, next_scale);
+    const int64_t e1 = e0 + stride * U;
+    EntryStep<Traits> next;
+    if constexpr (Traits::kCarryAcrossRows) {
+      const bool last = e1 >= range.end;
+      load_step<Traits>(p, last ? following.first : e1, last ? following.end : range.end, stride,
+                        next);
+    } else {
+      load_step<Traits>(p, e1, range.end, stride, next);
+    }
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int q = 0; q < P; ++q) {
         const int64_t piece = layout.piece(lane, piece_base, q);
-        if (src[u] >= 0 && piece < pieces)
+        if (step.src[u] >= 0 && piece < pieces)
 #pragma unroll
           for (int i = 0; i < V; ++i)
-            acc[q][i] += scale[u] * DTypeTraits<scalar_t>::load(packs[u][q].v[i]);
+            acc[q][i] += step.scale[u] * DTypeTraits<scalar_t>::load(packs[u][q].v[i]);
       }
-#pragma unroll
-    for (int u = 0; u < U; ++u) src[u] = next_src[u], scale[u] = next_scale[u];
+    step = next;
   }
 }
 
 // This lane's share of sum over entries [begin, end) of values[e] *
 // x[col[e], pieces of this lane from piece_base], the warp's sub-groups
 // taking interleaved entries, summed over the sub-groups (valid in the
-// lanes of sub-group 0). Every lane of the warp must call it alike.
+// lanes of sub-group 0); `step` as in gather_entries, for the entries
+// [next_begin, next_end) next. Every lane of the warp must call it alike.
 template <typename Traits>
 __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, WarpLayout layout,
                                             int lane, int64_t piece_base, int64_t begin,
-                                            int64_t end, RowAcc<Traits>& acc) {
-  gather_entries<Traits>(p, layout, lane, piece_base, begin + layout.sub_group(lane), end,
-                         layout.sub_groups(), acc);
+                                            int64_t end, int64_t next_begin, int64_t next_end,
+                                            EntryStep<Traits>& step, RowAcc<Traits>& acc) {
+  const int sub = layout.sub_group(lane);
+  gather_entries<Traits>(p, layout, lane, piece_base, EntryRange{begin + sub, end},
+                         EntryRange{next_begin + sub, next_end}, layout.sub_groups(), step, acc);
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q)
 #pragma unroll
       for (int i = 0; i < Traits::kVec; ++i)
         acc[q][i] += __shfl_xor_sync(0xffffffffu, acc[q][i], offset);
+}
+
+// The first step of a row's entries [begin, end) as warp_gather takes them.
+template <typename Traits>
+__device__ __forceinline__ void load_first_step(const pygio_spmm_csr_params& p, WarpLayout layout,
+                                                int lane, int64_t begin, int64_t end,
+                                                EntryStep<Traits>& step) {
+  load_step<Traits>(p, begin + layout.sub_group(lane), end, layout.sub_groups(), step);
 }
 
 // Y[row, piece] = sums (+ bias), cast to Y's type.
@@ -149,15 +185,24 @@ __device__ __forceinline__ int64_t pieces_per_pass(WarpLayout layout) {
 
 // Sums the entries [begin, end) of a row over all its pieces, pass by pass,
 // and hands each of this lane's pieces to epilogue(piece, sums) in the
-// lanes of sub-group 0. Every lane of the warp must call it alike.
+// lanes of sub-group 0. With Traits::kCarryAcrossRows, `step` holds the
+// row's first step (load_first_step) on entry and that of the entries
+// [next_begin, next_end) on return (each pass but the last loads the row's
+// first step again for the next pass); else each pass loads its own. Every
+// lane of the warp must call it alike.
 template <typename Traits, typename Epilogue>
 __device__ __forceinline__ void gather_row_pieces(const pygio_spmm_csr_params& p,
                                                   WarpLayout layout, int lane, int64_t begin,
-                                                  int64_t end, Epilogue epilogue) {
+                                                  int64_t end, int64_t next_begin,
+                                                  int64_t next_end, EntryStep<Traits>& step,
+                                                  Epilogue epilogue) {
   const int64_t pieces = p.width / Traits::kVec;
   for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
+    const bool last_pass = base + pieces_per_pass<Traits>(layout) >= pieces;
+    if (!Traits::kCarryAcrossRows) load_first_step<Traits>(p, layout, lane, begin, end, step);
     RowAcc<Traits> acc;
-    warp_gather<Traits>(p, layout, lane, base, begin, end, acc);
+    warp_gather<Traits>(p, layout, lane, base, begin, end, last_pass ? next_begin : begin,
+                        last_pass ? next_end : end, step, acc);
     if (layout.sub_group(lane) != 0) continue;
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q) {
@@ -179,19 +224,24 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                 threadIdx.x / kWarpSize;
-  int64_t next_begin = 0, next_end = 0;
-  if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
-  for (; row < p.a.num_rows; row += warps) {
-    // The next row's extent is loaded before this row's work: its latency hides behind it.
-    const int64_t begin = next_begin, end = next_end;
-    if (row + warps < p.a.num_rows)
-      next_begin = rowptr[row + warps], next_end = rowptr[row + warps + 1];
+  constexpr bool kCarry = Traits::kCarryAcrossRows;
+  RowExtents<index_t, kCarry ? 2 : 1> extents(rowptr, p.a.num_rows, row, warps);
+  EntryStep<Traits> step;
+  if (kCarry) load_first_step<Traits>(p, layout, lane, extents.begin, extents.end, step);
+  for (; row < p.a.num_rows; row += warps, extents.advance(rowptr, p.a.num_rows, row, warps)) {
+    const int64_t begin = extents.begin, end = extents.end;
+    // The entries whose first step this row's last step loads.
+    const int64_t next_begin = kCarry ? extents.next_begin : 0;
+    const int64_t next_end = kCarry ? extents.next_end : 0;
     if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
-        register_hub(ws.list, row, end - begin, kHubChunk, lane))
+        register_hub(ws.list, row, end - begin, kHubChunk, lane)) {
+      load_first_step<Traits>(p, layout, lane, next_begin, next_end, step);
       continue;
-    gather_row_pieces<Traits>(p, layout, lane, begin, end, [&](int64_t piece, acc_t (&sums)[V]) {
-      store_row_piece<Traits>(p, row, piece, sums);
-    });
+    }
+    gather_row_pieces<Traits>(p, layout, lane, begin, end, next_begin, next_end, step,
+                              [&](int64_t piece, acc_t (&sums)[V]) {
+                                store_row_piece<Traits>(p, row, piece, sums);
+                              });
   }
 }
 
@@ -218,18 +268,23 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   const int64_t groups = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock * subs;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                  threadIdx.x / kWarpSize) * subs + layout.sub_group(lane);
-  int64_t next_begin = 0, next_end = 0;
-  if (row < p.a.num_rows) next_begin = rowptr[row], next_end = rowptr[row + 1];
-  for (; row < p.a.num_rows; row += groups) {
-    // The next row's extent is loaded before this row's work: its latency hides behind it.
-    const int64_t begin = next_begin, end = next_end;
-    if (row + groups < p.a.num_rows)
-      next_begin = rowptr[row + groups], next_end = rowptr[row + groups + 1];
+  constexpr bool kCarry = Traits::kCarryAcrossRows;
+  RowExtents<index_t, kCarry ? 2 : 1> extents(rowptr, p.a.num_rows, row, groups);
+  EntryStep<Traits> step;
+  if (kCarry) load_step<Traits>(p, extents.begin, extents.end, 1, step);
+  for (; row < p.a.num_rows; row += groups, extents.advance(rowptr, p.a.num_rows, row, groups)) {
+    const int64_t begin = extents.begin, end = extents.end;
+    // The entries whose first step this row's last step loads.
+    const EntryRange following = kCarry ? EntryRange{extents.next_begin, extents.next_end}
+                                        : EntryRange{0, 0};
+    if (!kCarry) load_step<Traits>(p, begin, end, 1, step);
     if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
-        register_hub(ws.list, row, end - begin, kHubChunk, lane, mask, leader))
+        register_hub(ws.list, row, end - begin, kHubChunk, lane, mask, leader)) {
+      load_step<Traits>(p, following.first, following.end, 1, step);
       continue;  // the hub kernels sum and write this row
+    }
     RowAcc<Traits> acc;
-    gather_entries<Traits>(p, layout, lane, 0, begin, end, 1, acc);
+    gather_entries<Traits>(p, layout, lane, 0, EntryRange{begin, end}, following, 1, step, acc);
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q) {
       const int64_t piece = layout.piece(lane, 0, q);
@@ -255,9 +310,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
        chunk < num_chunks; chunk += warps) {
     int64_t begin = 0, end = 0;
     const int64_t lo = hub_chunk_range(ws.list, num_hubs, rowptr, chunk, kHubChunk, &begin, &end);
-    gather_row_pieces<Traits>(p, layout, lane, begin, end, [&](int64_t piece, acc_t (&sums)[V]) {
-      atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, sums);
-    });
+    EntryStep<Traits> step;
+    if (Traits::kCarryAcrossRows) load_first_step<Traits>(p, layout, lane, begin, end, step);
+    gather_row_pieces<Traits>(p, layout, lane, begin, end, 0, 0, step,
+                              [&](int64_t piece, acc_t (&sums)[V]) {
+                                atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, sums);
+                              });
   }
 }
 

@@ -34,6 +34,15 @@ struct SpmmTraits {
   // spilled) from 93 / 89 / 93% to 94 / 92 / 94%; fp32 D=512 (64 bytes a
   // lane) spilled and lost 1-2 points; 5 blocks lost everywhere.
   static constexpr int kMinBlocksPerSm = kPieces * kVec * sizeof(scalar_t) <= 32 ? 4 : 3;
+  // Whether a row's first step of column indices and values loads during
+  // the row before (gather_entries: a row's last step loads the next row's
+  // first), so a row's first gathers wait for no index load; else each row
+  // (each pass over a row) loads its own. H200, share of copy bandwidth on
+  // pokec- / web- / products-like: fp32 D=64 94 / 89 / 100% -> 102 / 99 /
+  // 107%, D=512 95 / 101 / 93% -> 97 / 106 / 94%. 16-bit rows lost with it
+  // (bf16 D=64 60 / 56 / 64% -> 55 / 61 / 59%, D=512 92% -> 86-87%: more
+  // spilled; at 3 blocks an SM, no spills, D=64 60 / 53 / 63%).
+  static constexpr bool kCarryAcrossRows = sizeof(scalar_t) >= 4;
 
   // Pieces a lane holds for wide rows: 16 accumulators at most (4 pieces
   // of 16-byte fp32 or fp64 loads, 2 of 16-bit), entries in flight as
