@@ -83,6 +83,14 @@ RUN_TITLES = {
     "results_h200_rank_gemv_minibatch":
         "Mini-batch steps of all layers after the min/max rank, one-walk backward and GEMV "
         "bias gradients (issues 5, 7-9)",
+    "results_h200_carry_spmm_gcn_fp32":
+        "GCNConv D=64 and D=512 fp32 on the whole suite, SpMM rows loading the next row's "
+        "first entries (issue 6)",
+    "results_h200_carry_spmm_gcn_16bit":
+        "GCNConv D=64 and D=512 in bf16 and fp16 on the whole suite, leaner 16-bit SpMM rows "
+        "(issue 6)",
+    "results_h200_carry_spmm_minibatch":
+        "GCNConv and SAGEConv mean mini-batch steps after the SpMM row changes (issues 5-7)",
 }
 
 
