@@ -27,11 +27,12 @@ __device__ __forceinline__ void for_each_row(const index_t* __restrict__ rowptr,
   }
 }
 
-// The extents [begin, end) of the rows row, row + stride, ..., row +
-// kAhead * stride of a grid-stride loop over rows, (0, 0) past num_rows:
-// the loop reads this row's (begin, end) and the next one's (next_begin,
-// next_end), and advance() moves on a row, loading the extent kAhead rows
-// ahead, so each is loaded kAhead - 1 rows before the loop needs it.
+// The extents [begin, end) of a grid-stride loop's row (begin, end), of
+// the next row (next_begin, next_end) and, with kAhead == 2, of the one
+// after (after_*); (0, 0) past num_rows. advance() moves on a row and
+// loads the extent kAhead rows ahead of the new one, so every extent loads
+// a row before the loop reads it (as begin / end with kAhead == 1, as
+// next_begin / next_end with kAhead == 2).
 template <typename index_t, int kAhead>
 struct RowExtents {
   static_assert(kAhead == 1 || kAhead == 2, "extents load one or two rows ahead");

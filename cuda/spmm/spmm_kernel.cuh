@@ -235,7 +235,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     const int64_t next_end = kCarry ? extents.next_end : 0;
     if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
         register_hub(ws.list, row, end - begin, kHubChunk, lane)) {
-      load_first_step<Traits>(p, layout, lane, next_begin, next_end, step);
+      if (kCarry) load_first_step<Traits>(p, layout, lane, next_begin, next_end, step);
       continue;
     }
     gather_row_pieces<Traits>(p, layout, lane, begin, end, next_begin, next_end, step,
@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     if (!kCarry) load_step<Traits>(p, begin, end, 1, step);
     if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
         register_hub(ws.list, row, end - begin, kHubChunk, lane, mask, leader)) {
-      load_step<Traits>(p, following.first, following.end, 1, step);
+      if (kCarry) load_step<Traits>(p, following.first, following.end, 1, step);
       continue;  // the hub kernels sum and write this row
     }
     RowAcc<Traits> acc;
