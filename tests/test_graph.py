@@ -393,7 +393,8 @@ def test_cuda_prefetch_starts_the_one_read_of_a_new_graph():
 def test_cuda_layers_prefetch_a_new_graph(layer, monkeypatch):
     """Every layer starts a new graph's statistics before its projections
     and gives the same outputs and gradients as without (up to the order of
-    the hub rows' and the transposed SpMM's atomic sums)."""
+    the hub rows' and the transposed SpMM's atomic sums: a few fp32 ulps of
+    the largest value, 1.9e-6 on gradients of 20 measured on an H200)."""
     import importlib
 
     import pyg_ioaware.graph
@@ -419,7 +420,8 @@ def test_cuda_layers_prefetch_a_new_graph(layer, monkeypatch):
         results.append((out, grad))
     assert len(started) == 1
     for a, b in zip(*results):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        ulp_of_largest = torch.finfo(b.dtype).eps * b.abs().max().item()
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=max(4 * ulp_of_largest, 1e-6))
 
 
 @pytest.mark.cuda

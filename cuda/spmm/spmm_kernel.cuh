@@ -5,9 +5,10 @@
 // elements each, 16-byte loads where alignment allows) and the warp's
 // sub-groups take interleaved entries, each lane keeping kUnroll gathered
 // loads in flight. A step's column indices and values load while the step
-// before is gathered; in the row kernels with Traits::kCarryAcrossRows
-// (4- and 8-byte elements) a row's last step also loads the next row's
-// first, so no row waits for its own first index load.
+// before is gathered, and a row's last step also loads the next row's
+// first (so no row waits for its own first index load) in the warp-per-row
+// kernels for 4- and 8-byte elements (Traits::kCarryAcrossRows) and in
+// the sub-group-per-row kernel for all (Traits::kCarryAcrossGroupedRows).
 //
 // Forward, Y[r] = sum_{e in row r} values[e] X[col[e]] (+ bias):
 //  - spmm_rows_kernel: a warp per row, grid-stride over rows, sub-group
@@ -72,11 +73,11 @@ __device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, int64_
 // this lane from piece_base], kUnroll gathered loads in flight, each
 // step's column indices and values loaded while the step before is
 // gathered (common/gather.cuh). `step` holds the range's first step on
-// entry; with Traits::kCarryAcrossRows it holds `following`'s first step
-// on return (loaded during the range's last step, so the next range's
-// first gathers wait for no index load), else it is spent. The lanes of
-// one sub-group must call it alike.
-template <typename Traits>
+// entry; with kCarry it holds `following`'s first step on return (loaded
+// during the range's last step, so the next range's first gathers wait
+// for no index load), else it is spent. The lanes of one sub-group must
+// call it alike.
+template <typename Traits, bool kCarry>
 __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, WarpLayout layout,
                                                int lane, int64_t piece_base, EntryRange range,
                                                EntryRange following, int64_t stride,
@@ -92,8 +93,7 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
 #pragma unroll
     for (int i = 0; i < V; ++i) acc[q][i] = 0;
   if (range.first >= range.end) {
-    if (Traits::kCarryAcrossRows)
-      load_step<Traits>(p, following.first, following.end, stride, step);
+    if (kCarry) load_step<Traits>(p, following.first, following.end, stride, step);
     return;
   }
   for (int64_t e0 = range.first; e0 < range.end; e0 += stride * U) {
@@ -109,7 +109,7 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
       }
     const int64_t e1 = e0 + stride * U;
     EntryStep<Traits> next;
-    if constexpr (Traits::kCarryAcrossRows) {
+    if constexpr (kCarry) {
       const bool last = e1 >= range.end;
       load_step<Traits>(p, last ? following.first : e1, last ? following.end : range.end, stride,
                         next);
@@ -141,8 +141,9 @@ __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, Warp
                                             int64_t end, int64_t next_begin, int64_t next_end,
                                             EntryStep<Traits>& step, RowAcc<Traits>& acc) {
   const int sub = layout.sub_group(lane);
-  gather_entries<Traits>(p, layout, lane, piece_base, EntryRange{begin + sub, end},
-                         EntryRange{next_begin + sub, next_end}, layout.sub_groups(), step, acc);
+  gather_entries<Traits, Traits::kCarryAcrossRows>(
+      p, layout, lane, piece_base, EntryRange{begin + sub, end},
+      EntryRange{next_begin + sub, next_end}, layout.sub_groups(), step, acc);
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q)
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   const int64_t groups = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock * subs;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                  threadIdx.x / kWarpSize) * subs + layout.sub_group(lane);
-  constexpr bool kCarry = Traits::kCarryAcrossRows;
+  constexpr bool kCarry = Traits::kCarryAcrossGroupedRows;
   RowExtents<index_t, kCarry ? 2 : 1> extents(rowptr, p.a.num_rows, row, groups);
   EntryStep<Traits> step;
   if (kCarry) load_step<Traits>(p, extents.begin, extents.end, 1, step);
@@ -284,7 +285,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
       continue;  // the hub kernels sum and write this row
     }
     RowAcc<Traits> acc;
-    gather_entries<Traits>(p, layout, lane, 0, EntryRange{begin, end}, following, 1, step, acc);
+    gather_entries<Traits, kCarry>(p, layout, lane, 0, EntryRange{begin, end}, following, 1,
+                                   step, acc);
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q) {
       const int64_t piece = layout.piece(lane, 0, q);
