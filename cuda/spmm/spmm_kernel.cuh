@@ -8,7 +8,7 @@
 // before is gathered, and a row's last step also loads the next row's
 // first (so no row waits for its own first index load) in the warp-per-row
 // kernels for 4- and 8-byte elements (Traits::kCarryAcrossRows) and in
-// the sub-group-per-row kernel for all (Traits::kCarryAcrossGroupedRows).
+// the sub-group-per-row kernel for all.
 //
 // Forward, Y[r] = sum_{e in row r} values[e] X[col[e]] (+ bias):
 //  - spmm_rows_kernel: a warp per row, grid-stride over rows, sub-group
@@ -254,7 +254,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
 // together, every row batch waiting for the warp's longest row, measured
 // slower (pokec-like D=64 fp32 72% of copy bandwidth against 84%, web-like
 // 69% against 82%), and so did a loop over a count of steps in place of
-// the loop over entries (73% and 71%).
+// the loop over entries (73% and 71%). A row's first step loads during the
+// row before, in every dtype (rows of a few entries wait mostly on their
+// first index load): 16-bit D=64 (bf16 / fp16) on an H200, web-like 56 /
+// 57% -> 57 / 59% of copy bandwidth, arxiv-like 36 / 37% -> 37 / 38%,
+// roads-like 35 / 37% -> 51 / 50%; no registers spilled.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     spmm_rows_grouped_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
@@ -269,24 +273,21 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   const int64_t groups = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock * subs;
   int64_t row = (static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                  threadIdx.x / kWarpSize) * subs + layout.sub_group(lane);
-  constexpr bool kCarry = Traits::kCarryAcrossGroupedRows;
-  RowExtents<index_t, kCarry ? 2 : 1> extents(rowptr, p.a.num_rows, row, groups);
+  RowExtents<index_t, 2> extents(rowptr, p.a.num_rows, row, groups);
   EntryStep<Traits> step;
-  if (kCarry) load_step<Traits>(p, extents.begin, extents.end, 1, step);
+  load_step<Traits>(p, extents.begin, extents.end, 1, step);
   for (; row < p.a.num_rows; row += groups, extents.advance(rowptr, p.a.num_rows, row, groups)) {
     const int64_t begin = extents.begin, end = extents.end;
     // The entries whose first step this row's last step loads.
-    const EntryRange following = kCarry ? EntryRange{extents.next_begin, extents.next_end}
-                                        : EntryRange{0, 0};
-    if (!kCarry) load_step<Traits>(p, begin, end, 1, step);
+    const EntryRange following{extents.next_begin, extents.next_end};
     if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
         register_hub(ws.list, row, end - begin, kHubChunk, lane, mask, leader)) {
-      if (kCarry) load_step<Traits>(p, following.first, following.end, 1, step);
+      load_step<Traits>(p, following.first, following.end, 1, step);
       continue;  // the hub kernels sum and write this row
     }
     RowAcc<Traits> acc;
-    gather_entries<Traits, kCarry>(p, layout, lane, 0, EntryRange{begin, end}, following, 1,
-                                   step, acc);
+    gather_entries<Traits, true>(p, layout, lane, 0, EntryRange{begin, end}, following, 1, step,
+                                 acc);
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q) {
       const int64_t piece = layout.piece(lane, 0, q);

@@ -43,12 +43,7 @@ struct SpmmTraits {
   // (bf16 D=64 60 / 56 / 64% -> 55 / 61 / 59%, D=512 92% -> 86-87%: more
   // spilled; at 3 blocks an SM, no spills, D=64 60 / 53 / 63%).
   static constexpr bool kCarryAcrossRows = sizeof(scalar_t) >= 4;
-  // The same in spmm_rows_grouped_kernel (a sub-group per row of a few
-  // entries, where a row's first index load is most of its wait), for
-  // every dtype: 16-bit D=64 (bf16 / fp16) web-like 56 / 57% -> 57 / 59%,
-  // arxiv-like 36 / 37% -> 37 / 38%, roads-like 35 / 37% -> 51 / 50%; no
-  // registers spilled.
-  static constexpr bool kCarryAcrossGroupedRows = true;
+  // (spmm_rows_grouped_kernel carries it in every dtype.)
 
   // Pieces a lane holds for wide rows: 16 accumulators at most (4 pieces
   // of 16-byte fp32 or fp64 loads, 2 of 16-bit), entries in flight as
