@@ -45,4 +45,13 @@ struct WarpLayout {
   }
 };
 
+// v[i] summed over the warp's sub-groups of `layout` (every lane gets its
+// pieces' sums; all lanes active).
+template <typename T, int N>
+__device__ __forceinline__ void sum_over_sub_groups(WarpLayout layout, T (&v)[N]) {
+  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+}
+
 }  // namespace pygio

@@ -340,14 +340,6 @@ __device__ __forceinline__ void for_each_match(const pygio_minmax_backward_param
   }
 }
 
-// v[i] summed over the warp's sub-groups (every lane gets its piece's sums).
-template <typename acc_t, int V>
-__device__ __forceinline__ void sum_over_sub_groups(WarpLayout layout, acc_t (&v)[V]) {
-  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
-#pragma unroll
-    for (int i = 0; i < V; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
-}
-
 // Matches per walking feature of this lane's piece over [begin, end),
 // summed over the warp's sub-groups.
 template <typename Traits>

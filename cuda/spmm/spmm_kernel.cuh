@@ -144,12 +144,9 @@ __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, Warp
   gather_entries<Traits, Traits::kCarryAcrossRows>(
       p, layout, lane, piece_base, EntryRange{begin + sub, end},
       EntryRange{next_begin + sub, next_end}, layout.sub_groups(), step, acc);
-  for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
-#pragma unroll
-    for (int q = 0; q < Traits::kPieces; ++q)
-#pragma unroll
-      for (int i = 0; i < Traits::kVec; ++i)
-        acc[q][i] += __shfl_xor_sync(0xffffffffu, acc[q][i], offset);
+  // acc's pieces summed as one array (the same shuffles, in one loop over offsets).
+  using Flat = typename Traits::acc_t[Traits::kPieces * Traits::kVec];
+  sum_over_sub_groups(layout, reinterpret_cast<Flat&>(acc));
 }
 
 // The first step of a row's entries [begin, end) as warp_gather takes them.
