@@ -121,10 +121,12 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
 #pragma unroll
       for (int q = 0; q < P; ++q) {
         const int64_t piece = layout.piece(lane, piece_base, q);
-        if (step.src[u] >= 0 && piece < pieces)
+        if (step.src[u] >= 0 && piece < pieces) {
+          acc_t widened[V];
+          widen_pack(packs[u][q], widened);
 #pragma unroll
-          for (int i = 0; i < V; ++i)
-            acc[q][i] += step.scale[u] * DTypeTraits<scalar_t>::load(packs[u][q].v[i]);
+          for (int i = 0; i < V; ++i) acc[q][i] += step.scale[u] * widened[i];
+        }
       }
     step = next;
   }
@@ -381,8 +383,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
           if (piece >= pieces) continue;
           const Pack<scalar_t, V> pack = load_pack<V>(x + row * p.x_row_stride + piece * V);
           acc_t add[V];
+          widen_pack(pack, add);
 #pragma unroll
-          for (int i = 0; i < V; ++i) add[i] = scale * DTypeTraits<scalar_t>::load(pack.v[i]);
+          for (int i = 0; i < V; ++i) add[i] *= scale;
           atomic_add_pack<V>(out_row + piece * V, add);
         }
       }
