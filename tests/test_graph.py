@@ -7,7 +7,7 @@ from _helpers import PROPERTY_GRAPHS, count_syncs, property_case, random_graph, 
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
-from pyg_ioaware import Graph
+from pyg_ioaware import Graph, ops
 from pyg_ioaware.graph import _GRAPH_CACHE, DROPPED_LOOP, ENV_FORCE_INT64, NEW_LOOP
 
 
@@ -326,6 +326,26 @@ def test_cuda_new_graph_costs_one_sync(grouped):
     fresh = edge_index.clone()
     # A whole training step on a new graph: build, self loops, values, CSR^T, plans.
     assert count_syncs(lambda: conv(x, fresh).sum().backward()) == 1
+
+
+@pytest.mark.cuda
+def test_cuda_ungrouped_graph_learns_its_degree_bound_without_a_wait():
+    """Edges not grouped by destination give a Graph without a degree
+    bound; its first SpMM requests the bound (no host wait) and later calls
+    use it (no hub launches), with the same output."""
+    from pyg_ioaware.graph import known_structure_state
+
+    edge_index = random_graph(3000, 3000, 30000, seed=34).cuda()
+    assert not bool((edge_index[1].diff() >= 0).all())  # not grouped
+    graph = Graph.from_edge_index(edge_index, num_nodes=3000)
+    assert graph.degree_bound is None
+    state = known_structure_state(graph.rowptr)
+    assert state.known_degree_bound() is None
+    x = torch.randn(3000, 24, device="cuda")
+    first = ops.aggregate(x, graph, "sum")
+    torch.cuda.synchronize()
+    assert state.known_degree_bound() == int(graph.in_degree.max())
+    assert torch.allclose(ops.aggregate(x, graph, "sum"), first, atol=1e-5)
 
 
 @pytest.mark.cuda

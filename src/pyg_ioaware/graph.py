@@ -153,8 +153,8 @@ class Graph:
         self.degree_bound = degree_bound
         self.state = GraphState()
         trust_csr(self.rowptr, self.col, num_src)
-        if degree_bound is not None:  # the kernels' hub splitting reads it there
-            structure_state(self.rowptr).degree_bound = degree_bound
+        # The kernels' hub splitting reads the bound there (or requests it).
+        structure_state(self.rowptr).degree_bound = degree_bound
 
     # ------------------------------------------------------------ properties
     @property
@@ -631,14 +631,45 @@ class StructureState:
     """What the ops keep beside one CSR structure: the SpMM backends' plans
     (objects with an ``nbytes``; ops.spmm_backends), the hub degree per
     quantile (int64 device scalars; ops.hubs) and the Graph's degree bound
-    where it knows one (no row has more entries; None: not known). Lives as
-    long as the structure's rowptr tensor."""
-    __slots__ = ("plans", "hub_degrees", "degree_bound", "__weakref__")
+    where it knows one (no row has more entries; None: not known), or a
+    read of it on its way (:meth:`request_degree_bound`). Lives as long as
+    the structure's rowptr tensor."""
+    __slots__ = ("plans", "hub_degrees", "degree_bound", "pending_degree_bound", "__weakref__")
 
     def __init__(self):
         self.plans: Dict[tuple, Any] = {}
         self.hub_degrees: Dict[float, Tensor] = {}
         self.degree_bound: Optional[int] = None
+        # (pinned host scalar, CUDA event after the copy into it)
+        self.pending_degree_bound: Optional[Tuple[Tensor, Any]] = None
+
+    def known_degree_bound(self) -> Optional[int]:
+        """``degree_bound``, taking up a requested read that has arrived;
+        never waits for the device."""
+        pending = self.pending_degree_bound
+        if (self.degree_bound is None and pending is not None
+                and not torch.cuda.is_current_stream_capturing() and pending[1].query()):
+            self.degree_bound = int(pending[0])
+            self.pending_degree_bound = None
+        return self.degree_bound
+
+    def request_degree_bound(self, rowptr: Tensor) -> None:
+        """Starts reading max_i (rowptr[i+1] - rowptr[i]) of a CUDA
+        structure back to the host without waiting: a reduction and a copy
+        to pinned memory on the current stream, then an event that
+        :meth:`known_degree_bound` checks. A graph whose edges did not come
+        grouped by destination learns its bound this way after its first
+        SpMM, so the later ones skip the hub launches where no row is long
+        (a reused graph: every call after the first; a new one: its next
+        layer, once the GPU got there). Nothing during CUDA-graph capture."""
+        if (self.degree_bound is not None or self.pending_degree_bound is not None
+                or rowptr.numel() < 2 or torch.cuda.is_current_stream_capturing()):
+            return
+        host = torch.empty((), dtype=rowptr.dtype, pin_memory=True)
+        host.copy_(rowptr.diff().max(), non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(rowptr.device))
+        self.pending_degree_bound = (host, ready)
 
 
 # id(rowptr) -> (weak reference to rowptr, its state). A plain dict keyed by

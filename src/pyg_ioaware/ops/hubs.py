@@ -40,8 +40,8 @@ def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tens
     if max_hubs <= 0:
         return None, 0
     known = known_structure_state(rowptr)
-    if known is not None and known.degree_bound is not None \
-            and known.degree_bound <= MIN_HUB_DEGREE:  # no row can be a hub: nothing to select
+    bound = None if known is None else known.known_degree_bound()
+    if bound is not None and bound <= MIN_HUB_DEGREE:  # no row can be a hub: nothing to select
         return None, 0
     state = structure_state(rowptr)
     degree = state.hub_degrees.get(quantile)

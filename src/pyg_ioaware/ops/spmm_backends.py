@@ -147,9 +147,12 @@ class OwnCsrBackend:
             _native.spmm_csr(call.rowptr, call.col, call.values, x, None, out, True, False)
             return _add_bias(out, call.bias)
         state = call.state if call.state is not None else known_structure_state(call.rowptr)
-        bound = -1 if state is None or state.degree_bound is None else state.degree_bound
+        bound = None if state is None else state.known_degree_bound()
+        if bound is None and state is not None:
+            state.request_degree_bound(call.rowptr)
         _native.spmm_csr(call.rowptr, call.col, call.values, x, call.bias, out, False,
-                         torch.are_deterministic_algorithms_enabled(), bound)
+                         torch.are_deterministic_algorithms_enabled(),
+                         -1 if bound is None else bound)
         return out
 
 
