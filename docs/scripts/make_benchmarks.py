@@ -91,6 +91,15 @@ RUN_TITLES = {
         "(issue 6)",
     "results_h200_carry_spmm_minibatch":
         "GCNConv and SAGEConv mean mini-batch steps after the SpMM row changes (issues 5-7)",
+    "results_h200_widen_spmm_gcn_16bit":
+        "GCNConv D=64 and D=512 in bf16 and fp16 on the whole suite, 16-bit SpMM packs widened "
+        "from their 32-bit words (issue 6)",
+    "results_h200_degree_bound_gcn_suite":
+        "GCNConv D=64 and D=512 in fp32, bf16 and fp16 on the whole suite, widened 16-bit "
+        "packs and learned degree bounds (issue 6)",
+    "results_h200_widen_spmm_minibatch":
+        "GCNConv and SAGEConv mean mini-batch steps with the widened 16-bit SpMM packs "
+        "(issues 5-7)",
 }
 
 

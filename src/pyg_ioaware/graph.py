@@ -127,7 +127,10 @@ class Graph:
         degree_bound (int or None): no destination has more entries than
             this (None: not known). Known where the build saw it for free
             (edges grouped by destination, as samplers emit them); kernels
-            skip their hub splitting where it is small.
+            skip their hub splitting where it is small. Otherwise the first
+            SpMM over the Graph starts reading it without a wait, and the
+            kernels find it beside the structure for the calls after
+            (StructureState.known_degree_bound).
         state (pyg_ioaware.graph.GraphState): the lazily derived state.
 
     Index tensors are int32 while node and edge counts fit, else int64.
