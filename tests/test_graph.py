@@ -7,7 +7,7 @@ from _helpers import PROPERTY_GRAPHS, count_syncs, property_case, random_graph, 
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
-from pyg_ioaware import Graph, ops
+from pyg_ioaware import Graph, config, ops
 from pyg_ioaware.graph import _GRAPH_CACHE, DROPPED_LOOP, ENV_FORCE_INT64, NEW_LOOP
 
 
@@ -329,7 +329,7 @@ def test_cuda_new_graph_costs_one_sync(grouped):
 
 
 @pytest.mark.cuda
-def test_cuda_ungrouped_graph_learns_its_degree_bound_without_a_wait():
+def test_cuda_ungrouped_graph_learns_its_degree_bound_without_a_wait(monkeypatch):
     """Edges not grouped by destination give a Graph without a degree
     bound; its first SpMM requests the bound (no host wait) and later calls
     use it (no hub launches), with the same output."""
@@ -346,6 +346,15 @@ def test_cuda_ungrouped_graph_learns_its_degree_bound_without_a_wait():
     torch.cuda.synchronize()
     assert state.known_degree_bound() == int(graph.in_degree.max())
     assert torch.allclose(ops.aggregate(x, graph, "sum"), first, atol=1e-5)
+    # The CSR^T learns its own (the backward's plain SpMM over it).
+    monkeypatch.setattr(config, "spmm_backward", "materialized")
+    x.requires_grad_()
+    ops.aggregate(x, graph, "sum").sum().backward()
+    torch.cuda.synchronize()
+    ops.aggregate(x, graph, "sum").sum().backward()
+    transpose_state = known_structure_state(graph.transpose.rowptr)
+    assert transpose_state.known_degree_bound() == int(graph.out_degree.max())
+    assert torch.allclose(x.grad, 2 * graph.out_degree.float().unsqueeze(1).expand_as(x))
 
 
 @pytest.mark.cuda

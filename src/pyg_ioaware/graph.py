@@ -376,6 +376,8 @@ class Graph:
         transpose = Transpose(rowptr=mark_static(rowptr), col=mark_static(col), row=sources,
                               perm=perm)
         trust_csr(transpose.rowptr, transpose.col, self.num_dst)
+        # Beside it, as beside the CSR: the kernels learn its degree bound there.
+        structure_state(transpose.rowptr)
         return transpose
 
     def reversed(self) -> "Graph":
