@@ -354,6 +354,8 @@ def test_cuda_ungrouped_graph_learns_its_degree_bound_without_a_wait(monkeypatch
     ops.aggregate(x, graph, "sum").sum().backward()
     transpose_state = known_structure_state(graph.transpose.rowptr)
     assert transpose_state.known_degree_bound() == int(graph.out_degree.max())
+    graph.reversed()  # a Graph over the CSR^T keeps what the structure learned
+    assert transpose_state.known_degree_bound() == int(graph.out_degree.max())
     assert torch.allclose(x.grad, 2 * graph.out_degree.float().unsqueeze(1).expand_as(x))
 
 

@@ -156,8 +156,12 @@ class Graph:
         self.degree_bound = degree_bound
         self.state = GraphState()
         trust_csr(self.rowptr, self.col, num_src)
-        # The kernels' hub splitting reads the bound there (or requests it).
-        structure_state(self.rowptr).degree_bound = degree_bound
+        # The kernels' hub splitting reads the bound there (or requests it);
+        # a Graph over a structure that already learned one (reversed(), over
+        # the CSR^T) keeps it.
+        structure = structure_state(self.rowptr)
+        if degree_bound is not None:
+            structure.degree_bound = degree_bound
 
     # ------------------------------------------------------------ properties
     @property
