@@ -114,6 +114,25 @@ def test_matches_pyg(aggr, options, paths):
     assert paths == ["fused"]
 
 
+@pytest.mark.parametrize("aggr", ["mean", "max"])
+def test_root_term_carries_lin_ls_bias(aggr, paths):
+    """The fused path forms lin_l(aggr) + lin_r(x) in two products: lin_r
+    with lin_l's bias, then lin_l accumulated into it (no add node); a hook
+    on lin_l or lin_r gets its module call back, with PyG's result."""
+    edge_index = square_graph(seed=31)
+    x = torch.randn(40, 6, dtype=torch.float64)
+    ours, ref = pair(aggr=aggr)
+    assert type(ours(x, edge_index).grad_fn).__name__ == "AddmmBackward0"
+    for lin in ("lin_l", "lin_r"):
+        seen = []
+        handle = getattr(ours, lin).register_forward_hook(
+            lambda module, inputs, out: seen.append(out))
+        assert_runs_match(run(ours, x, edge_index), run(ref, x, edge_index))
+        assert len(seen) == 1, lin
+        handle.remove()
+    assert paths == ["fused"] * 3
+
+
 @pytest.mark.parametrize("aggr", ["min", "max"])
 def test_ties_and_zeros_split_the_gradient_like_pyg(aggr, paths):
     """Three sources tie for node 0's maximum / minimum, node 1 has a zero

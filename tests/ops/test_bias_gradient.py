@@ -73,6 +73,30 @@ def test_apply_linear_calls_the_module_where_it_must(forced):
     assert torch.allclose(out, torch.nn.functional.linear(x, lin.weight, lin.bias))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_add_product_accumulates_into_a_linear(device):
+    """add_product(F.linear(x, W, b), a, V) = x W^T + b + a V^T: in place
+    where the dtypes agree (one addmm node, no add), through torch.addmm
+    where autocast must cast."""
+    gen = torch.Generator().manual_seed(3)
+    args = [torch.randn(shape, generator=gen, dtype=torch.float64).to(device).requires_grad_()
+            for shape in ((9, 5), (4, 5), (4,), (9, 7), (4, 7))]
+
+    def two_products(x, weight, bias, a, weight_a):
+        return bias_gradient.add_product(torch.nn.functional.linear(x, weight, bias), a,
+                                         weight_a)
+
+    want = torch.nn.functional.linear(*args[:3]) + torch.nn.functional.linear(*args[3:])
+    out = two_products(*args)
+    assert node_name(out) == "AddmmBackward0"
+    assert relative_error(out, want) < TOLERANCE[torch.float64]
+    assert torch.autograd.gradcheck(two_products, args)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        out = two_products(*(t.float() for t in args))
+    assert out.dtype == torch.bfloat16
+    assert relative_error(out.double(), want) < TOLERANCE[torch.bfloat16] * 10
+
+
 @pytest.mark.cuda
 def test_takes_over_only_large_fp32_outputs_outside_autocast(monkeypatch):
     x = torch.randn(16, 8, device="cuda", requires_grad=True)

@@ -14,7 +14,7 @@ from torch_geometric.utils import is_sparse, is_torch_sparse_tensor, spmm
 
 from ..graph import Graph, NumNodes, prefetch
 from ..ops.aggregate import aggregate, aggregate_unweighted
-from ..ops.bias_gradient import apply_linear
+from ..ops.bias_gradient import add_product, apply_linear, linear, plain_linear
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .fused_message_passing import FusedMessagePassing
 
@@ -204,13 +204,20 @@ class SAGEConv(FusedMessagePassing):
     ) -> Tensor:
         """One fused aggregation between the linear maps; same result as
         :meth:`pyg_forward`. The maps that need no graph (``lin`` with
-        ``project``, the root term ``lin_r``) are enqueued while a new
-        graph's index statistics come back (``pyg_ioaware.graph.prefetch``)."""
+        ``project``, the root term) are enqueued while a new graph's index
+        statistics come back (``pyg_ioaware.graph.prefetch``). The root term
+        carries ``lin_l``'s bias where it can (:meth:`_root_carries_bias`),
+        and ``lin_l`` of the aggregation is then accumulated into it by one
+        GEMM: (W_1 x_i + b) + W_2 aggr in two products and no add kernel."""
         self.check_flow(edge_index)
         num_nodes = self._num_nodes((x, x) if isinstance(x, Tensor) else tuple(x), edge_index,
                                     size)
         prefetch(edge_index)
         pair = self._messages_from(x)
+        if self._root_carries_bias(pair):
+            root = linear(pair[1], self.lin_r.weight, self.lin_l.bias)
+            aggregated = self._aggregate(pair, edge_index, num_nodes)
+            return self._combine(add_product(root, aggregated, self.lin_l.weight), None)
         root = self._root(pair[1])
         aggregated = self._aggregate(pair, edge_index, num_nodes)
         return self._combine(apply_linear(self.lin_l, aggregated), root)
@@ -253,6 +260,15 @@ class SAGEConv(FusedMessagePassing):
                 f"{self.out_channels}, aggr={self.aggr})")
 
     # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _root_carries_bias(self, pair: OptPairTensor) -> bool:
+        """Whether the fused path folds ``lin_l``'s bias into the root term
+        and accumulates ``lin_l`` into it: a root term, 2-D features, and
+        both maps computable from their parameters (no hooks, not lazy)."""
+        x_j, x_r = pair
+        return (self.root_weight and x_r is not None and x_j is not None and x_r.dim() == 2
+                and x_j.dim() == 2 and plain_linear(self.lin_l) and plain_linear(self.lin_r))
+
     @torch.jit.unused
     def _pyg_path_reason(self, x: Any, edge_index: Any) -> Optional[str]:
         """pyg_path_reason plus what this call's inputs need (checked first)."""

@@ -9,7 +9,8 @@ a GEMV (cuBLAS) reaches; H200, fp32, microseconds, sum(0) against dy^T 1:
 everywhere, so 16-bit gradients keep the reduction.
 
 :func:`column_sums` picks the faster of the two. :func:`linear` and
-:func:`add_bias` are ``F.linear`` and ``x + b`` whose backward uses it; as
+:func:`add_bias` are ``F.linear`` and ``x + b`` whose backward uses it
+(:func:`add_product` accumulates a second product into such a result); as
 Python autograd nodes they cost some host time, so they take over only on
 large fp32 CUDA outputs (:data:`MIN_GEMV_ELEMENTS`) and leave small ones,
 whose steps are bound by host time, and autocast's 16-bit ones to torch's
@@ -103,10 +104,27 @@ def apply_linear(lin: torch.nn.Module, x: Tensor) -> Tensor:
     """``lin(x)`` for a torch / PyG Linear module, through :func:`linear`
     where nothing needs the module call itself (no hooks on it, its
     parameters initialized)."""
-    if (lin._forward_hooks or lin._forward_pre_hooks
-            or isinstance(lin.weight, UninitializedParameter)):
+    if not plain_linear(lin):
         return lin(x)
     return linear(x, lin.weight, lin.bias)
+
+
+def plain_linear(lin: torch.nn.Module) -> bool:
+    """Whether ``lin(x)`` may be computed from its parameters alone: no hooks
+    on the module, its parameters initialized (not lazy)."""
+    return not (lin._forward_hooks or lin._forward_pre_hooks
+                or isinstance(lin.weight, UninitializedParameter))
+
+
+def add_product(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:
+    """``y + x W^T`` as one GEMM accumulating into ``y`` (beta = 1): in
+    place where y, x and W share a dtype (no add kernel, no copy of y; y
+    must be a fresh result nothing saved for backward), else
+    ``torch.addmm``, which autocast casts as it casts ``F.linear``."""
+    weight_t = weight.t()
+    if y.dtype == x.dtype == weight.dtype:
+        return y.addmm_(x, weight_t)
+    return torch.addmm(y, x, weight_t)
 
 
 def add_bias(x: Tensor, bias: Tensor) -> Tensor:
