@@ -11,6 +11,7 @@ from torch_geometric.typing import Adj, OptPairTensor, OptTensor, SparseTensor
 from torch_geometric.utils import spmm
 
 from ..graph import Graph, prefetch
+from ..ops.bias_gradient import apply_linear
 from ..ops.spmm_functional import SpmmAdjacency, gcn_adjacency
 from .fused_message_passing import FusedMessagePassing
 
@@ -176,7 +177,7 @@ class GCNConv(FusedMessagePassing):
         self.check_flow(edge_index)
         if self._cached_edge_index is None:  # no graph kept from an earlier call
             prefetch(edge_index)
-        projected = self.lin(x)
+        projected = apply_linear(self.lin, x)
         adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
         # The bias is added inside the aggregation where its dtype is X W's.
         return adjacency.propagate(projected, node_dim=node_dim, bias=self.bias)
