@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rows", type=int, default=25, help="functions listed per profile")
+    parser.add_argument("--kernels", type=int, default=0,
+                        help="list this many CUDA ops per step by count, ours and PyG's")
     parser.add_argument("--profile-pyg", action="store_true",
                         help="also list PyG's layers' profile (by default only ours)")
     args = parser.parse_args()
@@ -62,6 +64,13 @@ def main() -> None:
             print(f"\n=== {case.name} {impl} {args.size} {args.precision}: "
                   f"{wall_ms:.2f} ms/step wall, {gpu_ms / len(batches):.2f} ms/step GPU busy, "
                   f"{kernels / len(batches):.0f} CUDA ops/step")
+            if args.kernels:
+                ops = sorted((e for e in prof.key_averages()
+                              if e.device_type == torch.autograd.DeviceType.CUDA),
+                             key=lambda e: -e.count)
+                for e in ops[:args.kernels]:
+                    print(f"  {e.count / len(batches):5.1f}/step "
+                          f"{e.self_device_time_total / e.count:7.1f} us  {e.key[:100]}")
             if impl != "ours" and not args.profile_pyg:
                 continue
             profiler = cProfile.Profile()
