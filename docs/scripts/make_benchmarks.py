@@ -100,6 +100,18 @@ RUN_TITLES = {
     "results_h200_widen_spmm_minibatch":
         "GCNConv and SAGEConv mean mini-batch steps with the widened 16-bit SpMM packs "
         "(issues 5-7)",
+    "results_h100_sage_fold_before_1":
+        "GCNConv (no self loops) and SAGEConv mean mini-batch steps, H100 A/B round 1: before "
+        "SAGEConv's root term carried lin_l's bias (issues 5, 7)",
+    "results_h100_sage_fold_after_1":
+        "GCNConv (no self loops) and SAGEConv mean mini-batch steps, H100 A/B round 1: "
+        "SAGEConv's root term carries lin_l's bias, one addmm for lin_l (issues 5, 7)",
+    "results_h100_sage_fold_before_2":
+        "SAGEConv mean and max mini-batch steps, H100 A/B round 2: before the root term "
+        "carried lin_l's bias (issue 7)",
+    "results_h100_sage_fold_after_2":
+        "SAGEConv mean and max mini-batch steps, H100 A/B round 2: the root term carries "
+        "lin_l's bias (issue 7)",
 }
 
 
