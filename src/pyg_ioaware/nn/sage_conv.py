@@ -214,12 +214,12 @@ class SAGEConv(FusedMessagePassing):
                                     size)
         prefetch(edge_index)
         pair = self._messages_from(x)
-        if self._root_carries_bias(pair):
-            root = linear(pair[1], self.lin_r.weight, self.lin_l.bias)
-            aggregated = self._aggregate(pair, edge_index, num_nodes)
-            return self._combine(add_product(root, aggregated, self.lin_l.weight), None)
-        root = self._root(pair[1])
+        carries_bias = self._root_carries_bias(pair)
+        root = (linear(pair[1], self.lin_r.weight, self.lin_l.bias) if carries_bias
+                else self._root(pair[1]))
         aggregated = self._aggregate(pair, edge_index, num_nodes)
+        if carries_bias:
+            return self._combine(add_product(root, aggregated, self.lin_l.weight), None)
         return self._combine(apply_linear(self.lin_l, aggregated), root)
 
     def _messages_from(self, x: Union[Tensor, OptPairTensor]) -> OptPairTensor:
