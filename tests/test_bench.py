@@ -1,12 +1,13 @@
 """The benchmark CLI on CPU: graph and mini-batch generators, the
 measurement, the bar checks, tiny runs of the CLI."""
+import argparse
 import json
 
 import pytest
 import torch
 
 from pyg_ioaware.bench import cases, graphs, minibatch
-from pyg_ioaware.bench.cli import CPU_SCALE, main, parse_args
+from pyg_ioaware.bench.cli import CPU_SCALE, _default_sizes, main, parse_args
 from pyg_ioaware.bench.report import check_bars, minibatch_comparisons
 from pyg_ioaware.bench.timing import measure
 
@@ -154,11 +155,16 @@ def test_scale_multiplies_node_and_edge_counts(capsys):
 def test_cpu_defaults_unless_sizes_are_given():
     args = parse_args(["--device", "cpu"])
     assert args.scale == CPU_SCALE and args.graphs == list(graphs.QUICK)
-    assert args.iters < 15 and args.minibatch == ["small"]
+    assert args.iters < 15 and args.minibatch == ["small"] and args.dtypes == ["fp32"]
     args = parse_args(["--device", "cpu", "--scale", "0.5", "--graphs", "web-like",
-                       "--iters", "7", "--minibatch", "none"])
-    assert (args.scale, args.graphs, args.iters, args.minibatch) == (0.5, ["web-like"], 7, [])
+                       "--iters", "7", "--minibatch", "none", "--dtypes", "fp32,bf16"])
+    assert (args.scale, args.graphs, args.iters, args.minibatch, args.dtypes) == (
+        0.5, ["web-like"], 7, [], ["fp32", "bf16"])
     assert args.cpu_sized == []
+    gpu = argparse.Namespace(device=torch.device("cuda"), scale=None, graphs=None, iters=None,
+                             warmup=None, minibatch=None, dtypes=None, quick=False)
+    _default_sizes(gpu)  # what a GPU gets: the protocol's sizes, fp32 and bf16
+    assert (gpu.scale, gpu.dtypes, gpu.cpu_sized) == (1.0, "fp32,bf16", [])
 
 
 # -------------------------------------------------------------- mini-batches
