@@ -206,7 +206,7 @@ class SAGEConv(FusedMessagePassing):
         :meth:`pyg_forward`. The maps that need no graph (``lin`` with
         ``project``, the root term) are enqueued while a new graph's index
         statistics come back (``pyg_ioaware.graph.prefetch``). The root term
-        carries ``lin_l``'s bias where it can (:meth:`_root_carries_bias`),
+        carries ``lin_l``'s bias where it can (``_root_carries_bias``),
         and ``lin_l`` of the aggregation is then accumulated into it by one
         GEMM: (W_1 x_i + b) + W_2 aggr in two products and no add kernel."""
         self.check_flow(edge_index)
