@@ -705,6 +705,29 @@ def test_cuda_deterministic_backward(reduce, dtype, monkeypatch):
         assert_grad_close(first, atomic.double().cpu(), bound, dtype)
 
 
+# ------------------------------------------------------------ CPU training
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_cpu_training_path_is_pygs_computation(dtype):
+    """On the CPU the differentiable min / max is PyG's own computation
+    under torch's autograd (no arg, no MinMaxFunction), 16-bit inputs
+    reduced in float32; values and gradients are PyG's (the property tests
+    check them against float64)."""
+    edge_index, num_src, num_dst = property_case("hub-square", seed_of("minmax-cpu-training"))
+    graph = Graph.from_edge_index(edge_index, (num_src, num_dst))
+    x = torch.randn(num_src, 5, generator=torch.Generator().manual_seed(3)).to(dtype)
+    for reduce in REDUCES:
+        out = graph_minmax(graph, x.clone().requires_grad_(), reduce)
+        nodes, node = [], out.grad_fn
+        while node is not None and len(nodes) < 4:
+            nodes.append(type(node).__name__)
+            node = node.next_functions[0][0] if node.next_functions else None
+        assert "ScatterReduceBackward0" in nodes and "MinMaxFunctionBackward" not in nodes
+        assert out.dtype == dtype
+        want = scatter(x.double()[edge_index[0]], edge_index[1], 0, dim_size=num_dst,
+                       reduce=reduce)
+        assert torch.equal(out.double(), want.to(dtype).double())
+
+
 # ------------------------------------------------------------------ inference
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["fp32", "fp64"])

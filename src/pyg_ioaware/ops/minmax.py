@@ -26,7 +26,9 @@ loads, rows above the ``hub_quantile`` degree quantile (0.99 by default,
 cached beside the structure) split into 256-entry chunks over all SMs and
 merged with 64-bit atomicMax. fp64 rows are never split. Elsewhere the
 plain-torch reference runs, which gives the same numbers (it materializes
-the [E, C] messages, as PyG does). Both ops check every input first
+the [E, C] messages, as PyG does); there the differentiable form
+(:func:`graph_minmax`) is PyG's own computation under torch's autograd,
+which saves the messages for backward as PyG does. Both ops check every input first
 (ops.checks), so no input makes a kernel read out of bounds; an ``arg``
 that is not the forward's gives a wrong gradient, never an out-of-bounds
 access.
@@ -285,11 +287,31 @@ class MinMaxFunction(torch.autograd.Function):
         return None, grad_x, None, None
 
 
+def _minmax_by_torch(graph, x: Tensor, reduce: str) -> Tensor:
+    """PyG's min / max in plain torch, differentiated by torch's autograd:
+    the [E, C] messages x[col] and one scatter_reduce (include_self=False
+    on zeros), 16-bit inputs in float32 so that the gradient's shares and
+    sums accumulate there, as the kernels' do. Its gradient follows PyG's
+    rule by construction. Where the native kernels do not run (the CPU) it
+    replaces the reference's forward with arg, whose int64 [E, C]
+    temporaries made a CPU forward 10-25x slower than PyG's in a process
+    that had run other layers (docs/results.md)."""
+    acc = accumulator_dtype(x.dtype)
+    messages = x.to(acc).index_select(0, graph.col)
+    index = graph.row.long().unsqueeze(1).expand_as(messages)
+    out = messages.new_zeros(graph.num_dst, x.size(1))
+    return out.scatter_reduce(0, index, messages, "a" + reduce, include_self=False).to(x.dtype)
+
+
 def graph_minmax(graph, x: Tensor, reduce: str,
                  hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tensor:
     """out[d, f] = min / max over the edges (s -> d) of ``graph`` of x[s, f]
     (0 where d has none), for 2-D x [graph.num_src, C] already checked;
-    differentiable in x. Without a gradient to record no arg is kept."""
+    differentiable in x: through :class:`MinMaxFunction` where the native
+    kernels run, else through ``_minmax_by_torch``. Without a gradient
+    to record no arg is kept."""
     if torch.is_grad_enabled() and x.requires_grad:
+        if not native_ready(x.device):
+            return _minmax_by_torch(graph, x, reduce)
         return MinMaxFunction.apply(graph, x, reduce, hub_quantile)
     return minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, False)[0]
