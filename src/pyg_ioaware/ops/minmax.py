@@ -28,8 +28,8 @@ merged with 64-bit atomicMax. fp64 rows are never split. Elsewhere the
 plain-torch reference runs, which gives the same numbers (it materializes
 the [E, C] messages, as PyG does); there the differentiable form
 (:func:`graph_minmax`) is PyG's own computation under torch's autograd,
-which saves the messages for backward as PyG does. Both ops check every input first
-(ops.checks), so no input makes a kernel read out of bounds; an ``arg``
+which saves the messages for backward as PyG does. Both ops check every
+input first (ops.checks), so no input makes a kernel read out of bounds; an ``arg``
 that is not the forward's gives a wrong gradient, never an out-of-bounds
 access.
 """
@@ -58,15 +58,24 @@ def _rows_of_entries(rowptr: Tensor, nnz: int) -> Tensor:
     return torch.repeat_interleave(rows, rowptr.diff(), output_size=nnz)
 
 
+def _scatter_minmax(x: Tensor, col: Tensor, row: Tensor, num_rows: int,
+                    reduce: str) -> Tuple[Tensor, Tensor, Tensor]:
+    """PyG's min / max: (messages x[col] [E, C], the index scattering them
+    to their rows, out [num_rows, C] = the min / max of each row's messages,
+    0 for an empty row: scatter_reduce with include_self=False on zeros)."""
+    messages = x.index_select(0, col)
+    index = row.unsqueeze(1).expand_as(messages)
+    out = messages.new_zeros(num_rows, x.size(1)).scatter_reduce(
+        0, index, messages, "a" + reduce, include_self=False)
+    return messages, index, out
+
+
 def minmax_reference(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
                      with_arg: bool = True) -> Tuple[Tensor, Tensor]:
     """Plain-torch (out, arg) of neighbor_minmax (oracle and CPU path)."""
     num_rows, width = rowptr.numel() - 1, x.size(1)
     row = _rows_of_entries(rowptr, col.numel())
-    messages = x.index_select(0, col.long())
-    index = row.unsqueeze(1).expand_as(messages)
-    out = x.new_zeros(num_rows, width).scatter_reduce_(0, index, messages, "a" + reduce,
-                                                       include_self=False)
+    messages, index, out = _scatter_minmax(x, col.long(), row, num_rows, reduce)
     if not with_arg:
         return out, x.new_empty(0, dtype=torch.int32)
     result = out.index_select(0, row)
@@ -288,19 +297,16 @@ class MinMaxFunction(torch.autograd.Function):
 
 
 def _minmax_by_torch(graph, x: Tensor, reduce: str) -> Tensor:
-    """PyG's min / max in plain torch, differentiated by torch's autograd:
-    the [E, C] messages x[col] and one scatter_reduce (include_self=False
-    on zeros), 16-bit inputs in float32 so that the gradient's shares and
-    sums accumulate there, as the kernels' do. Its gradient follows PyG's
-    rule by construction. Where the native kernels do not run (the CPU) it
-    replaces the reference's forward with arg, whose int64 [E, C]
-    temporaries made a CPU forward 10-25x slower than PyG's in a process
-    that had run other layers (docs/results.md)."""
+    """PyG's min / max in plain torch (:func:`_scatter_minmax`),
+    differentiated by torch's autograd, 16-bit inputs in float32 so that
+    the gradient's shares and sums accumulate there, as the kernels' do.
+    Its gradient follows PyG's rule by construction. Where the native
+    kernels do not run (the CPU) it replaces the reference's forward with
+    arg, whose int64 [E, C] temporaries made a CPU forward 10-25x slower
+    than PyG's in a process that had run other layers (docs/results.md)."""
     acc = accumulator_dtype(x.dtype)
-    messages = x.to(acc).index_select(0, graph.col)
-    index = graph.row.long().unsqueeze(1).expand_as(messages)
-    out = messages.new_zeros(graph.num_dst, x.size(1))
-    return out.scatter_reduce(0, index, messages, "a" + reduce, include_self=False).to(x.dtype)
+    out = _scatter_minmax(x.to(acc), graph.col, graph.row.long(), graph.num_dst, reduce)[2]
+    return out.to(x.dtype)
 
 
 def graph_minmax(graph, x: Tensor, reduce: str,
