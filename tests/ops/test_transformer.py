@@ -114,6 +114,27 @@ def test_cpu_dropout_and_weights():
     assert relative_error(weights, csr_order(graph, plain_alpha)) < 1e-10
 
 
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_cpu_graph_op_is_the_reference_under_autograd(p):
+    # Recording a gradient on the CPU, graph_transformer is
+    # transformer_reference differentiated by torch's autograd: the same out
+    # and lse as TransformerFunction and the gradients of its reference
+    # backward.
+    _, graph, qkv, e, grad = case(37, 23, 300, 3, 7, seed=8, hub=40, edge=True)
+    e = csr_order(graph, e)
+    out, lse, grads = run_ours(graph, qkv, e, grad, torch.float64, "cpu", p=p, seed=11)
+    leaves = [t.clone().requires_grad_() for t in (*qkv, e)]
+    got, got_lse = transformer.graph_transformer(graph, *leaves, None, p, 11)
+    assert "TransformerFunction" not in type(got.grad_fn).__name__ and got_lse.grad_fn is None
+    got.backward(grad)
+    assert relative_error(got, out) < 1e-12 and torch.equal(got_lse, lse)
+    for leaf, want in zip(leaves, grads):
+        assert relative_error(leaf.grad, want) < 1e-10
+    with torch.no_grad():
+        plain, _ = transformer.graph_transformer(graph, *leaves, None, p, 11)
+    assert torch.equal(plain, got.detach())
+
+
 def test_reference_is_the_custom_op_on_cpu():
     _, graph, (q, k, v), e, _ = case(30, 30, 200, 2, 4, seed=5, edge=True)
     e = csr_order(graph, e)

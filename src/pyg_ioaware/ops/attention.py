@@ -28,7 +28,9 @@ for float64 inputs).
 
 On CUDA (native library) fp32 / fp16 / bf16 run the kernels of
 cuda/attention/; float64, CPU tensors and head sizes the kernels do not
-take run :func:`gatv2_reference` and :func:`gatv2_backward_reference`.
+take run :func:`gatv2_reference` and :func:`gatv2_backward_reference`
+(and :func:`graph_gatv2`, recording a gradient there, differentiates the
+reference by torch's autograd).
 """
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ from torch.autograd.function import once_differentiable
 
 from .. import _native
 from . import checks
-from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, dropout_factor,
-                               entry_rows, heads_readable, kernels_take, segment_lse)
+from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
+                               dropout_factor, entry_rows, heads_readable, kernels_take,
+                               segment_lse)
 from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
@@ -330,7 +333,11 @@ def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Ten
                 hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
     """(out, lse) of GATv2 attention over ``graph`` (rows = destinations),
     inputs already checked by the caller; differentiable in x_l, x_r, att
-    and edge (lse is not)."""
-    out, lse = GATv2Function.apply(graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
-                                   hub_quantile)
-    return out, lse
+    and edge (lse is not): through :class:`GATv2Function` where the kernels
+    run, else through :func:`gatv2_reference` under torch's autograd."""
+    if differentiable_by_torch(x_l, x_l, x_r, att, edge):
+        out, lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
+                                   dropout_p, seed)
+        return out, lse.detach()
+    return GATv2Function.apply(graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
+                               hub_quantile)

@@ -1,7 +1,8 @@
 """What the attention family's ops share (GATv2 in :mod:`.attention`,
 graph-transformer attention in :mod:`.transformer`): the per-entry row
 index and the per-row log-sum-exp of the plain-torch references, the
-dropout factor, and when and how the CUDA kernels take a tensor."""
+dropout factor, and when and how the CUDA kernels take a tensor (and when
+torch's autograd differentiates the references instead)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -54,6 +55,17 @@ def kernels_take(x: Tensor) -> bool:
     wide = 16 // x.element_size()
     return channels <= MAX_CHANNELS or (channels % wide == 0 and
                                         channels <= MAX_ALIGNED_CHANNELS)
+
+
+def differentiable_by_torch(x: Tensor, *inputs: Optional[Tensor]) -> bool:
+    """Whether an attention call records a gradient where the kernels do
+    not serve x (the CPU, float64, head sizes they do not take): then the
+    plain-torch reference runs under torch's autograd, which keeps its
+    per-edge tensors for backward as PyG does, rather than a forward
+    through the reference and a backward that computes the scores again
+    (2-3x PyG's backward time on a CPU, docs/results.md)."""
+    return (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
+            and not kernels_take(x))
 
 
 def heads_readable(t: Tensor) -> Tensor:

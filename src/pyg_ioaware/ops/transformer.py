@@ -37,7 +37,9 @@ alpha`` [nnz, H] in CSR order, before dropout (fp32; float64 for float64).
 On CUDA (native library) fp32 / fp16 / bf16 run the kernels of
 cuda/attention/; float64, CPU tensors and head sizes the kernels do not
 take run :func:`transformer_reference` and
-:func:`transformer_backward_reference`.
+:func:`transformer_backward_reference` (and :func:`graph_transformer`,
+recording a gradient there, differentiates the reference by torch's
+autograd).
 """
 from __future__ import annotations
 
@@ -49,8 +51,9 @@ from torch.autograd.function import once_differentiable
 
 from .. import _native
 from . import checks
-from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, dropout_factor,
-                               entry_rows, heads_readable, kernels_take, segment_lse)
+from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
+                               dropout_factor, entry_rows, heads_readable, kernels_take,
+                               segment_lse)
 from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
@@ -333,7 +336,13 @@ def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Ten
                       hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
     """(out, lse) of graph-transformer attention over ``graph`` (rows =
     destinations; scale defaults to 1 / sqrt(channels)), inputs already
-    checked by the caller; differentiable in q, k, v and edge (lse is not)."""
+    checked by the caller; differentiable in q, k, v and edge (lse is not):
+    through :class:`TransformerFunction` where the kernels run, else through
+    :func:`transformer_reference` under torch's autograd."""
     if scale is None:
         scale = q.size(2) ** -0.5
+    if differentiable_by_torch(q, q, k, v, edge):
+        out, lse = transformer_reference(graph.rowptr, graph.col, q, k, v, edge, scale,
+                                         dropout_p, seed)
+        return out, lse.detach()
     return TransformerFunction.apply(graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile)
