@@ -11,15 +11,28 @@
 
 namespace pygio {
 
-// src[u] = col[e0 + stride * u] for the entries before end, -1 past it.
-template <int U, typename index_t>
-__device__ __forceinline__ void load_sources(const index_t* __restrict__ col, int64_t e0,
-                                             int64_t end, int64_t stride, index_t (&src)[U]) {
+// src[u] = col[e0 + stride * u] for the entries before end, -1 past it;
+// entry positions of offset_t (int64_t, or uint32_t for int32 indices:
+// SpmmTraits::offset_t).
+template <int U, typename index_t, typename offset_t>
+__device__ __forceinline__ void load_sources(const index_t* __restrict__ col, offset_t e0,
+                                             offset_t end, offset_t stride, index_t (&src)[U]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int64_t e = e0 + stride * u;
+    const offset_t e = e0 + stride * u;
     src[u] = e < end ? col[e] : index_t(-1);
   }
+}
+
+// Row `src` (>= 0) of a matrix whose rows lie `row_bytes` apart, at the
+// position `base` has in row 0. For int32 indices the offset is a 32 x
+// 64-bit unsigned product, which the compiler fuses with the add (two
+// instructions, no sign extension, no 64 x 64-bit multiply).
+template <typename T, typename index_t>
+__device__ __forceinline__ const T* row_address(const T* base, index_t src, uint64_t row_bytes) {
+  const uint64_t row = sizeof(index_t) == 4 ? static_cast<uint32_t>(src)
+                                            : static_cast<uint64_t>(src);
+  return reinterpret_cast<const T*>(reinterpret_cast<const char*>(base) + row * row_bytes);
 }
 
 }  // namespace pygio

@@ -7,8 +7,9 @@
 // loads in flight. A step's column indices and values load while the step
 // before is gathered, and a row's last step also loads the next row's
 // first (so no row waits for its own first index load) in the warp-per-row
-// kernels for 4- and 8-byte elements (Traits::kCarryAcrossRows) and in
-// the sub-group-per-row kernel for all.
+// kernels where it costs no spilled registers (Traits::kCarryAcrossRows)
+// and in the sub-group-per-row kernel for all. Entry positions are 32-bit
+// where the indices are (Traits::offset_t).
 //
 // Forward, Y[r] = sum_{e in row r} values[e] X[col[e]] (+ bias):
 //  - spmm_rows_kernel: a warp per row, grid-stride over rows, sub-group
@@ -39,10 +40,15 @@ namespace pygio {
 template <typename Traits>
 using RowAcc = typename Traits::acc_t[Traits::kPieces][Traits::kVec];
 
+// An entry position in the CSR (SpmmTraits::offset_t).
+template <typename Traits>
+using Offset = typename Traits::offset_t;
+
 // The entries first, first + stride, ... < end of one row (or chunk) that
 // one sub-group sums.
+template <typename Traits>
 struct EntryRange {
-  int64_t first, end;
+  Offset<Traits> first, end;
 };
 
 // One step's entries e0, e0 + stride, ..., kUnroll of them: their source
@@ -55,15 +61,16 @@ struct EntryStep {
 
 // The step of entries e0, e0 + stride, ... below end.
 template <typename Traits>
-__device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, int64_t e0,
-                                          int64_t end, int64_t stride, EntryStep<Traits>& step) {
+__device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, Offset<Traits> e0,
+                                          Offset<Traits> end, Offset<Traits> stride,
+                                          EntryStep<Traits>& step) {
   using value_t = typename Traits::value_t;
   using acc_t = typename Traits::acc_t;
   const auto* __restrict__ values = static_cast<const value_t*>(p.values);
   load_sources(static_cast<const typename Traits::index_t*>(p.a.col), e0, end, stride, step.src);
 #pragma unroll
   for (int u = 0; u < Traits::kUnroll; ++u) {
-    const int64_t e = e0 + stride * u;
+    const Offset<Traits> e = e0 + stride * u;
     step.scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e]))
                             : acc_t(0);
   }
@@ -79,14 +86,18 @@ __device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, int64_
 // call it alike.
 template <typename Traits, bool kCarry>
 __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, WarpLayout layout,
-                                               int lane, int64_t piece_base, EntryRange range,
-                                               EntryRange following, int64_t stride,
+                                               int lane, int64_t piece_base,
+                                               EntryRange<Traits> range,
+                                               EntryRange<Traits> following,
+                                               Offset<Traits> stride,
                                                EntryStep<Traits>& step, RowAcc<Traits>& acc) {
   using scalar_t = typename Traits::scalar_t;
   using acc_t = typename Traits::acc_t;
+  using offset_t = Offset<Traits>;
   constexpr int V = Traits::kVec, P = Traits::kPieces, U = Traits::kUnroll;
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const int64_t pieces = p.width / V;
+  const uint64_t row_bytes = static_cast<uint64_t>(p.x_row_stride) * sizeof(scalar_t);
 
 #pragma unroll
   for (int q = 0; q < P; ++q)
@@ -96,7 +107,7 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
     if (kCarry) load_step<Traits>(p, following.first, following.end, stride, step);
     return;
   }
-  for (int64_t e0 = range.first; e0 < range.end; e0 += stride * U) {
+  for (offset_t e0 = range.first; e0 < range.end; e0 += stride * U) {
     Pack<scalar_t, V> packs[U][P];
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -104,10 +115,9 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
       for (int q = 0; q < P; ++q) {
         const int64_t piece = layout.piece(lane, piece_base, q);
         if (step.src[u] >= 0 && piece < pieces)
-          packs[u][q] = load_pack<V>(x + static_cast<int64_t>(step.src[u]) * p.x_row_stride +
-                                     piece * V);
+          packs[u][q] = load_pack<V>(row_address(x + piece * V, step.src[u], row_bytes));
       }
-    const int64_t e1 = e0 + stride * U;
+    const offset_t e1 = e0 + stride * U;
     EntryStep<Traits> next;
     if constexpr (kCarry) {
       const bool last = e1 >= range.end;
@@ -139,13 +149,14 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
 // [next_begin, next_end) next. Every lane of the warp must call it alike.
 template <typename Traits>
 __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, WarpLayout layout,
-                                            int lane, int64_t piece_base, int64_t begin,
-                                            int64_t end, int64_t next_begin, int64_t next_end,
+                                            int lane, int64_t piece_base,
+                                            Offset<Traits> begin, Offset<Traits> end,
+                                            Offset<Traits> next_begin, Offset<Traits> next_end,
                                             EntryStep<Traits>& step, RowAcc<Traits>& acc) {
-  const int sub = layout.sub_group(lane);
+  const Offset<Traits> sub = layout.sub_group(lane);
   gather_entries<Traits, Traits::kCarryAcrossRows>(
-      p, layout, lane, piece_base, EntryRange{begin + sub, end},
-      EntryRange{next_begin + sub, next_end}, layout.sub_groups(), step, acc);
+      p, layout, lane, piece_base, EntryRange<Traits>{begin + sub, end},
+      EntryRange<Traits>{next_begin + sub, next_end}, layout.sub_groups(), step, acc);
   // acc's pieces summed as one array (the same shuffles, in one loop over offsets).
   using Flat = typename Traits::acc_t[Traits::kPieces * Traits::kVec];
   sum_over_sub_groups(layout, reinterpret_cast<Flat&>(acc));
@@ -154,8 +165,8 @@ __device__ __forceinline__ void warp_gather(const pygio_spmm_csr_params& p, Warp
 // The first step of a row's entries [begin, end) as warp_gather takes them.
 template <typename Traits>
 __device__ __forceinline__ void load_first_step(const pygio_spmm_csr_params& p, WarpLayout layout,
-                                                int lane, int64_t begin, int64_t end,
-                                                EntryStep<Traits>& step) {
+                                                int lane, Offset<Traits> begin,
+                                                Offset<Traits> end, EntryStep<Traits>& step) {
   load_step<Traits>(p, begin + layout.sub_group(lane), end, layout.sub_groups(), step);
 }
 
@@ -192,10 +203,11 @@ __device__ __forceinline__ int64_t pieces_per_pass(WarpLayout layout) {
 // lane of the warp must call it alike.
 template <typename Traits, typename Epilogue>
 __device__ __forceinline__ void gather_row_pieces(const pygio_spmm_csr_params& p,
-                                                  WarpLayout layout, int lane, int64_t begin,
-                                                  int64_t end, int64_t next_begin,
-                                                  int64_t next_end, EntryStep<Traits>& step,
-                                                  Epilogue epilogue) {
+                                                  WarpLayout layout, int lane,
+                                                  Offset<Traits> begin, Offset<Traits> end,
+                                                  Offset<Traits> next_begin,
+                                                  Offset<Traits> next_end,
+                                                  EntryStep<Traits>& step, Epilogue epilogue) {
   const int64_t pieces = p.width / Traits::kVec;
   for (int64_t base = 0; base < pieces; base += pieces_per_pass<Traits>(layout)) {
     const bool last_pass = base + pieces_per_pass<Traits>(layout) >= pieces;
@@ -218,6 +230,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
                      const HubWorkspace<typename Traits::acc_t> ws) {
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
+  using offset_t = Offset<Traits>;
   constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int lane = threadIdx.x % kWarpSize;
@@ -227,12 +240,14 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   constexpr bool kCarry = Traits::kCarryAcrossRows;
   RowExtents<index_t, kCarry ? 2 : 1> extents(rowptr, p.a.num_rows, row, warps);
   EntryStep<Traits> step;
-  if (kCarry) load_first_step<Traits>(p, layout, lane, extents.begin, extents.end, step);
+  if (kCarry)
+    load_first_step<Traits>(p, layout, lane, offset_t(extents.begin), offset_t(extents.end),
+                            step);
   for (; row < p.a.num_rows; row += warps, extents.advance(rowptr, p.a.num_rows, row, warps)) {
-    const int64_t begin = extents.begin, end = extents.end;
+    const offset_t begin = extents.begin, end = extents.end;
     // The entries whose first step this row's last step loads.
-    const int64_t next_begin = kCarry ? extents.next_begin : 0;
-    const int64_t next_end = kCarry ? extents.next_end : 0;
+    const offset_t next_begin = kCarry ? extents.next_begin : 0;
+    const offset_t next_end = kCarry ? extents.next_end : 0;
     if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
         register_hub(ws.list, row, end - begin, kHubChunk, lane)) {
       if (kCarry) load_first_step<Traits>(p, layout, lane, next_begin, next_end, step);
@@ -263,6 +278,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     spmm_rows_grouped_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
                              const HubWorkspace<typename Traits::acc_t> ws) {
   using index_t = typename Traits::index_t;
+  using offset_t = Offset<Traits>;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int lane = threadIdx.x % kWarpSize;
   const int subs = layout.sub_groups();
@@ -276,17 +292,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   EntryStep<Traits> step;
   load_step<Traits>(p, extents.begin, extents.end, 1, step);
   for (; row < p.a.num_rows; row += groups, extents.advance(rowptr, p.a.num_rows, row, groups)) {
-    const int64_t begin = extents.begin, end = extents.end;
+    const offset_t begin = extents.begin, end = extents.end;
     // The entries whose first step this row's last step loads.
-    const EntryRange following{extents.next_begin, extents.next_end};
+    const EntryRange<Traits> following{offset_t(extents.next_begin),
+                                       offset_t(extents.next_end)};
     if (ws.list.hubs != nullptr && end - begin > ws.threshold &&
         register_hub(ws.list, row, end - begin, kHubChunk, lane, mask, leader)) {
       load_step<Traits>(p, following.first, following.end, 1, step);
       continue;  // the hub kernels sum and write this row
     }
     RowAcc<Traits> acc;
-    gather_entries<Traits, true>(p, layout, lane, 0, EntryRange{begin, end}, following, 1, step,
-                                 acc);
+    gather_entries<Traits, true>(p, layout, lane, 0, EntryRange<Traits>{begin, end}, following, 1,
+                                 step, acc);
 #pragma unroll
     for (int q = 0; q < Traits::kPieces; ++q) {
       const int64_t piece = layout.piece(lane, 0, q);
@@ -301,6 +318,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
                            const HubWorkspace<typename Traits::acc_t> ws) {
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
+  using offset_t = Offset<Traits>;
   constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int64_t num_hubs = hub_count(ws.list);
@@ -310,11 +328,13 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
-    int64_t begin = 0, end = 0;
-    const int64_t lo = hub_chunk_range(ws.list, num_hubs, rowptr, chunk, kHubChunk, &begin, &end);
+    int64_t chunk_begin = 0, chunk_end = 0;
+    const int64_t lo = hub_chunk_range(ws.list, num_hubs, rowptr, chunk, kHubChunk, &chunk_begin,
+                                       &chunk_end);
+    const offset_t begin = chunk_begin, end = chunk_end;
     EntryStep<Traits> step;
     if (Traits::kCarryAcrossRows) load_first_step<Traits>(p, layout, lane, begin, end, step);
-    gather_row_pieces<Traits>(p, layout, lane, begin, end, 0, 0, step,
+    gather_row_pieces<Traits>(p, layout, lane, begin, end, offset_t(0), offset_t(0), step,
                               [&](int64_t piece, acc_t (&sums)[V]) {
                                 atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, sums);
                               });

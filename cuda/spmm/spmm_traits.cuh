@@ -6,6 +6,8 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "../common/dtype.cuh"
 #include "../common/hubs.cuh"
 #include "../common/vector.cuh"
@@ -19,6 +21,11 @@ struct SpmmTraits {
   using value_t = value_t_;    // edge values and bias: scalar_t, or float for 16-bit scalar_t
   using index_t = index_t_;    // int32_t or int64_t (rowptr and col)
   using acc_t = typename DTypeTraits<scalar_t>::acc;  // float, double for double
+  // Entry positions in the CSR: uint32_t for int32 indices (then nnz <
+  // 2^31, and a step's positions past the end fit too), else int64_t.
+  // 32-bit positions take one instruction where 64-bit ones take two
+  // (compares, adds, addresses).
+  using offset_t = std::conditional_t<sizeof(index_t) == 4, uint32_t, int64_t>;
 
   static constexpr int kVec = kVec_;        // features per load
   static constexpr int kPieces = kPieces_;  // kVec-wide pieces of a row per lane
@@ -41,8 +48,12 @@ struct SpmmTraits {
   // pokec- / web- / products-like: fp32 D=64 94 / 89 / 100% -> 102 / 99 /
   // 107%, D=512 95 / 101 / 93% -> 97 / 106 / 94%. 16-bit rows lost with it
   // (bf16 D=64 60 / 56 / 64% -> 55 / 61 / 59%, D=512 92% -> 86-87%: more
-  // spilled; at 3 blocks an SM, no spills, D=64 60 / 53 / 63%).
-  static constexpr bool kCarryAcrossRows = sizeof(scalar_t) >= 4;
+  // spilled; at 3 blocks an SM, no spills, D=64 60 / 53 / 63%), where
+  // they still spill: with int64 indices or two pieces a lane. With int32
+  // indices and 32-bit entry positions (offset_t) a one-piece 16-bit row
+  // carries it without spilling.
+  static constexpr bool kCarryAcrossRows =
+      sizeof(scalar_t) >= 4 || (kPieces == 1 && sizeof(index_t) == 4);
   // (spmm_rows_grouped_kernel carries it in every dtype.)
 
   // Pieces a lane holds for wide rows: 16 accumulators at most (4 pieces
