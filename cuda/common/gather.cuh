@@ -9,11 +9,19 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace pygio {
 
-// src[u] = col[e0 + stride * u] for the entries before end, -1 past it;
-// entry positions of offset_t (int64_t, or uint32_t for int32 indices:
-// SpmmTraits::offset_t).
+// An entry position in a CSR: uint32_t for int32 indices (then nnz <
+// 2^31, and a step's positions past the end fit too), else int64_t.
+// 32-bit positions take one instruction where 64-bit ones take two
+// (compares, adds, addresses).
+template <typename index_t>
+using EntryOffset = std::conditional_t<sizeof(index_t) == 4, uint32_t, int64_t>;
+
+// src[u] = col[e0 + stride * u] for the entries before end, -1 past it
+// (positions as EntryOffset, or int64_t).
 template <int U, typename index_t, typename offset_t>
 __device__ __forceinline__ void load_sources(const index_t* __restrict__ col, offset_t e0,
                                              offset_t end, offset_t stride, index_t (&src)[U]) {

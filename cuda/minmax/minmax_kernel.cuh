@@ -39,27 +39,29 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
                                              typename Traits::Word::type (&best)[Traits::kVec]) {
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
+  using offset_t = typename Traits::offset_t;
   using Word = typename Traits::Word;
   constexpr int V = Traits::kVec, U = Traits::kUnroll;
   const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
+  const uint64_t row_bytes = static_cast<uint64_t>(p.x_row_stride) * sizeof(scalar_t);
   const bool active = piece < p.width / V;
   const int sub = layout.sub_group(lane), subs = layout.sub_groups();
 #pragma unroll
   for (int i = 0; i < V; ++i) best[i] = Word::none();
   // The next step's sources load while this step's rows are gathered
   // (common/gather.cuh).
-  const int64_t first = begin + sub, stride = subs;
+  const offset_t first = begin + sub, last = end, stride = subs;
   index_t src[U];
-  if (first < end) load_sources(col, first, end, stride, src);
-  for (int64_t e0 = first; e0 < end; e0 += stride * U) {
+  if (first < last) load_sources(col, first, last, stride, src);
+  for (offset_t e0 = first; e0 < last; e0 += stride * U) {
     Pack<scalar_t, V> packs[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (src[u] >= 0 && active)
-        packs[u] = load_pack<V>(x + static_cast<int64_t>(src[u]) * p.x_row_stride + piece * V);
+        packs[u] = load_pack<V>(row_address(x + piece * V, src[u], row_bytes));
     index_t next[U];
-    load_sources(col, e0 + stride * U, end, stride, next);
+    load_sources(col, e0 + stride * U, last, stride, next);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (src[u] >= 0 && active)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../common/dtype.cuh"
+#include "../common/gather.cuh"
 #include "../common/hubs.cuh"
 #include "../common/vector.cuh"
 #include "../common/warp.cuh"
@@ -114,6 +115,7 @@ template <typename scalar_t_, typename index_t_, int kVec_, bool kMax_>
 struct MinMaxTraits {
   using scalar_t = scalar_t_;  // x and out
   using index_t = index_t_;    // rowptr and col
+  using offset_t = EntryOffset<index_t>;  // entry positions (common/gather.cuh)
   using acc_t = typename DTypeTraits<scalar_t>::acc;  // values compared in float (double)
   using rank_t = decltype(rank_of<kMax_>(acc_t()));   // uint32_t (uint64_t for double)
   using Word = WinnerWord<rank_t>;

@@ -6,9 +6,8 @@
 
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "../common/dtype.cuh"
+#include "../common/gather.cuh"
 #include "../common/hubs.cuh"
 #include "../common/vector.cuh"
 #include "../common/warp.cuh"
@@ -21,11 +20,7 @@ struct SpmmTraits {
   using value_t = value_t_;    // edge values and bias: scalar_t, or float for 16-bit scalar_t
   using index_t = index_t_;    // int32_t or int64_t (rowptr and col)
   using acc_t = typename DTypeTraits<scalar_t>::acc;  // float, double for double
-  // Entry positions in the CSR: uint32_t for int32 indices (then nnz <
-  // 2^31, and a step's positions past the end fit too), else int64_t.
-  // 32-bit positions take one instruction where 64-bit ones take two
-  // (compares, adds, addresses).
-  using offset_t = std::conditional_t<sizeof(index_t) == 4, uint32_t, int64_t>;
+  using offset_t = EntryOffset<index_t>;  // entry positions (common/gather.cuh)
 
   static constexpr int kVec = kVec_;        // features per load
   static constexpr int kPieces = kPieces_;  // kVec-wide pieces of a row per lane
