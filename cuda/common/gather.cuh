@@ -34,8 +34,7 @@ __device__ __forceinline__ void load_sources(const index_t* __restrict__ col, of
 
 // Row `src` (>= 0) of a matrix whose rows lie `row_bytes` apart, at the
 // position `base` has in row 0. For int32 indices the offset is a 32 x
-// 64-bit unsigned product, which the compiler fuses with the add (two
-// instructions, no sign extension, no 64 x 64-bit multiply).
+// 64-bit unsigned product (no sign extension, no 64 x 64-bit multiply).
 template <typename T, typename index_t>
 __device__ __forceinline__ const T* row_address(const T* base, index_t src, uint64_t row_bytes) {
   const uint64_t row = sizeof(index_t) == 4 ? static_cast<uint32_t>(src)

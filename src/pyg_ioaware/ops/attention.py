@@ -335,7 +335,7 @@ def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Ten
     inputs already checked by the caller; differentiable in x_l, x_r, att
     and edge (lse is not): through :class:`GATv2Function` where the kernels
     run, else through :func:`gatv2_reference` under torch's autograd."""
-    if differentiable_by_torch(x_l, x_l, x_r, att, edge):
+    if differentiable_by_torch(x_l, (x_l, x_r, att, edge)):
         out, lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
                                    dropout_p, seed)
         return out, lse.detach()

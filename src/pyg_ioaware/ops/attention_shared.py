@@ -5,7 +5,7 @@ dropout factor, and when and how the CUDA kernels take a tensor (and when
 torch's autograd differentiates the references instead)."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -57,15 +57,16 @@ def kernels_take(x: Tensor) -> bool:
                                         channels <= MAX_ALIGNED_CHANNELS)
 
 
-def differentiable_by_torch(x: Tensor, *inputs: Optional[Tensor]) -> bool:
-    """Whether an attention call records a gradient where the kernels do
-    not serve x (the CPU, float64, head sizes they do not take): then the
-    plain-torch reference runs under torch's autograd, which keeps its
-    per-edge tensors for backward as PyG does, rather than a forward
-    through the reference and a backward that computes the scores again
-    (2-3x PyG's backward time on a CPU, docs/results.md)."""
+def differentiable_by_torch(features: Tensor, inputs: Sequence[Optional[Tensor]]) -> bool:
+    """Whether an attention call over ``features`` [nodes, heads, channels]
+    records a gradient for one of ``inputs`` where the kernels do not serve
+    it (the CPU, float64, head sizes they do not take): then the plain-torch
+    reference runs under torch's autograd, which keeps its per-edge tensors
+    for backward as PyG does, rather than a forward through the reference
+    and a backward that computes the scores again (2-3x PyG's backward time
+    on a CPU, docs/results.md)."""
     return (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)
-            and not kernels_take(x))
+            and not kernels_take(features))
 
 
 def heads_readable(t: Tensor) -> Tensor:

@@ -341,7 +341,7 @@ def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Ten
     :func:`transformer_reference` under torch's autograd."""
     if scale is None:
         scale = q.size(2) ** -0.5
-    if differentiable_by_torch(q, q, k, v, edge):
+    if differentiable_by_torch(q, (q, k, v, edge)):
         out, lse = transformer_reference(graph.rowptr, graph.col, q, k, v, edge, scale,
                                          dropout_p, seed)
         return out, lse.detach()
