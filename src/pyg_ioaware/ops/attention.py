@@ -333,8 +333,8 @@ def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Ten
                 hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
     """(out, lse) of GATv2 attention over ``graph`` (rows = destinations),
     inputs already checked by the caller; differentiable in x_l, x_r, att
-    and edge (lse is not): through :class:`GATv2Function` where the kernels
-    run, else through :func:`gatv2_reference` under torch's autograd."""
+    and edge (lse is not): through ``GATv2Function`` where the kernels
+    run, else through ``gatv2_reference`` under torch's autograd."""
     if differentiable_by_torch(x_l, (x_l, x_r, att, edge)):
         out, lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
                                    dropout_p, seed)

@@ -337,8 +337,8 @@ def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Ten
     """(out, lse) of graph-transformer attention over ``graph`` (rows =
     destinations; scale defaults to 1 / sqrt(channels)), inputs already
     checked by the caller; differentiable in q, k, v and edge (lse is not):
-    through :class:`TransformerFunction` where the kernels run, else through
-    :func:`transformer_reference` under torch's autograd."""
+    through ``TransformerFunction`` where the kernels run, else through
+    ``transformer_reference`` under torch's autograd."""
     if scale is None:
         scale = q.size(2) ** -0.5
     if differentiable_by_torch(q, (q, k, v, edge)):
