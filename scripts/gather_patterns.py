@@ -18,14 +18,11 @@ over the measured copy bandwidth, as in spmm_kernel_bandwidth.py.
 import argparse
 
 import torch
+from spmm_kernel_bandwidth import share_of_copy, suite_inputs
 
-from pyg_ioaware import Graph, ops
 from pyg_ioaware.bench.bandwidth import copy_bandwidth_gbs, time_back_to_back
-from pyg_ioaware.bench.cases.spmm import minimal_bytes
-from pyg_ioaware.bench.graphs import generate
 from pyg_ioaware.ops.spmm_backends import run_with_backend
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 PATTERNS = ("graph", "uniform", "pairs", "quads", "stream")
 
 
@@ -57,26 +54,16 @@ def main() -> None:
     print(f"device: {torch.cuda.get_device_name()}, copy {copy_gbs:.0f} GB/s")
     print(f"{'graph':14s} {'D':>4s} {'dtype':5s} {'row B':>5s} "
           + " ".join(f"{n:>15s}" for n in PATTERNS))
-    for graph_name in args.graphs.split(","):
-        edge_index, num_nodes = generate(graph_name, device=device)
-        graph = Graph.from_edge_index(edge_index, num_nodes).with_remaining_self_loops()
-        del edge_index
-        for width in (int(w) for w in args.widths.split(",")):
-            for dtype_name in args.dtypes.split(","):
-                dtype = DTYPES[dtype_name]
-                values = ops.normalized_values(graph, None, "gcn", dtype).values
-                x = torch.randn(num_nodes, width, device=device, dtype=dtype)
-                useful = minimal_bytes(graph.num_edges, num_nodes, width, x.element_size())
-                cells = []
-                for _, col in patterns(graph.col, num_nodes):
-                    ms = time_back_to_back(lambda: run_with_backend(
-                        "pygio-csr", graph.rowptr, col, values, x, num_nodes, False), device)
-                    cells.append(f"{ms:7.3f} ms {useful / (ms * 1e-3) / 1e9 / copy_gbs:4.0%}")
-                print(f"{graph_name:14s} {width:4d} {dtype_name:5s} "
-                      f"{width * x.element_size():5d} " + " ".join(cells), flush=True)
-                del x, values
-        del graph
-        torch.cuda.empty_cache()
+    for name, graph, width, dtype_name, values, x, useful in suite_inputs(
+            args.graphs.split(","), [int(w) for w in args.widths.split(",")],
+            args.dtypes.split(","), device):
+        cells = []
+        for _, col in patterns(graph.col, graph.num_src):
+            ms = time_back_to_back(lambda: run_with_backend(
+                "pygio-csr", graph.rowptr, col, values.values, x, graph.num_dst, False), device)
+            cells.append(f"{ms:7.3f} ms {share_of_copy(useful, ms, copy_gbs):4.0%}")
+        print(f"{name:14s} {width:4d} {dtype_name:5s} {width * x.element_size():5d} "
+              + " ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
