@@ -138,24 +138,27 @@ __device__ __forceinline__ void source_grads(const pygio_gatv2_backward_params& 
                          h * s.channels, s, lane, xl);
   const index_t* const index[2] = {static_cast<const index_t*>(p.a_t.col),
                                    static_cast<const index_t*>(p.perm_t)};
+  const uint64_t x_r_row_bytes = p.x_r_row_stride * sizeof(scalar_t);
+  const uint64_t row_bytes = s.width() * sizeof(scalar_t);  // grad_out, edge
+  const uint64_t heads_bytes = s.heads * sizeof(float);     // lse, g
   walk_row<U, 2>(s, lane, begin, end, index, [&](const WalkStep<U, 2, index_t>& step) {
     RawSlice<Traits> xr_raw[U], dout_raw[U], edge_raw[U];
     float lse[U], g_dst[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t dst = step.index[0][u];
+      const index_t dst = step.index[0][u];
       if (step.real(u)) {
-        xr_raw[u].load(x_r + dst * p.x_r_row_stride, s, lane);
-        dout_raw[u].load(grad_out + dst * s.width(), s, lane);
-        lse[u] = p.lse[dst * s.heads + h];
-        g_dst[u] = g[dst * s.heads + h];
+        xr_raw[u].load(row_address(x_r, dst, x_r_row_bytes), s, lane);
+        dout_raw[u].load(row_address(grad_out, dst, row_bytes), s, lane);
+        lse[u] = *row_address(p.lse + h, dst, heads_bytes);
+        g_dst[u] = *row_address(g + h, dst, heads_bytes);
       } else {
         xr_raw[u].clear();
         dout_raw[u].clear();
         lse[u] = g_dst[u] = 0.f;
       }
       if (step.real(u) && has_edge)
-        edge_raw[u].load(edge + step.index[1][u] * s.width(), s, lane);
+        edge_raw[u].load(row_address(edge, step.index[1][u], row_bytes), s, lane);
       else
         edge_raw[u].clear();
     }

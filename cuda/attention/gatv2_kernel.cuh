@@ -57,14 +57,17 @@ __device__ __forceinline__ void for_each_step(const Params& p, const GatShape& s
   const bool has_edge = p.edge != nullptr;
   const scalar_t* __restrict__ edge =
       has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
+  const uint64_t x_l_row_bytes = p.x_l_row_stride * sizeof(scalar_t);
+  const uint64_t edge_row_bytes = s.width() * sizeof(scalar_t);
   const index_t* const index[1] = {static_cast<const index_t*>(p.a.col)};
   walk_row<U, 1>(s, lane, begin, end, index, [&](const WalkStep<U, 1, index_t>& walk) {
     RawSlice<Traits> xl_raw[U], edge_raw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (walk.real(u)) xl_raw[u].load(x_l + walk.index[0][u] * p.x_l_row_stride, s, lane);
+      if (walk.real(u)) xl_raw[u].load(row_address(x_l, walk.index[0][u], x_l_row_bytes), s, lane);
       else xl_raw[u].clear();
-      if (walk.real(u) && has_edge) edge_raw[u].load(edge + walk.pos(u) * s.width(), s, lane);
+      if (walk.real(u) && has_edge)
+        edge_raw[u].load(row_address(edge, walk.offset(u), edge_row_bytes), s, lane);
       else edge_raw[u].clear();
     }
     const EntryValues<Traits, U> values{xl_raw, edge_raw, xr, has_edge};

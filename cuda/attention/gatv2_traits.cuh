@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "../common/dropout.cuh"
+#include "../common/gather.cuh"
 #include "../common/hubs.cuh"
 #include "../common/vector.cuh"
 #include "../common/warp.cuh"
@@ -105,7 +106,9 @@ struct GatShape {
   __device__ int head_in_pass(int lane) const {
     return layout.sub_group(lane) & ((1 << head_shift) - 1);
   }
-  __device__ int slots() const { return layout.sub_groups() >> head_shift; }
+  __device__ int slots() const { return 1 << slot_shift(); }
+  // log2(slots): entry counts divide by slots with a shift.
+  __device__ int slot_shift() const { return kWarpShift - layout.shift - head_shift; }
   __device__ int slot(int lane) const { return layout.sub_group(lane) >> head_shift; }
   // Shuffle offsets between the slots of one head: first_slot_offset() << k.
   __device__ int first_slot_offset() const { return layout.lanes() << head_shift; }
@@ -285,16 +288,18 @@ __device__ __forceinline__ void sum_over_slots(float (&v)[N], const GatShape& s)
 
 // One step of a row walk for the caller's slot: entries u < U at
 // positions pos(u) of the walked structure, real(u) false for the padding
-// past the row's end, index[n][u] the value of index array n there.
+// past the row's end, index[n][u] the value of index array n there
+// (offset(u): the position as EntryOffset, 32-bit for int32 indices).
 template <int U, int N, typename index_t>
 struct WalkStep {
-  int64_t first;
+  EntryOffset<index_t> first;
   int stride;
   int real_count;
   index_t index[N][U];
-  __device__ __forceinline__ int64_t pos(int u) const {
-    return first + static_cast<int64_t>(u) * stride;
+  __device__ __forceinline__ EntryOffset<index_t> offset(int u) const {
+    return first + static_cast<EntryOffset<index_t>>(u * stride);
   }
+  __device__ __forceinline__ int64_t pos(int u) const { return static_cast<int64_t>(offset(u)); }
   __device__ __forceinline__ bool real(int u) const { return u < real_count; }
 };
 
@@ -306,25 +311,27 @@ struct WalkStep {
 template <int U, int N, typename index_t, typename Step>
 __device__ __forceinline__ void walk_row(const GatShape& s, int lane, int64_t begin, int64_t end,
                                          const index_t* const (&index)[N], Step step) {
-  const int slots = s.slots(), slot = s.slot(lane);
+  using offset_t = EntryOffset<index_t>;
+  const int slot_shift = s.slot_shift(), slots = 1 << slot_shift, slot = s.slot(lane);
+  const offset_t first = static_cast<offset_t>(begin), last = static_cast<offset_t>(end);
   index_t next[N];
 #pragma unroll
-  for (int n = 0; n < N; ++n) next[n] = begin + lane < end ? index[n][begin + lane] : index_t{0};
-  for (int64_t batch = begin; batch < end; batch += kWarpSize) {
+  for (int n = 0; n < N; ++n) next[n] = first + lane < last ? index[n][first + lane] : index_t{0};
+  for (offset_t batch = first; batch < last; batch += kWarpSize) {
     index_t mine[N];
 #pragma unroll
     for (int n = 0; n < N; ++n) {
       mine[n] = next[n];
-      const int64_t ahead = batch + kWarpSize + lane;
-      next[n] = ahead < end ? index[n][ahead] : index_t{0};
+      const offset_t ahead = batch + kWarpSize + lane;
+      next[n] = ahead < last ? index[n][ahead] : index_t{0};
     }
-    const int count = end - batch < kWarpSize ? static_cast<int>(end - batch) : kWarpSize;
+    const int count = last - batch < kWarpSize ? static_cast<int>(last - batch) : kWarpSize;
     for (int k = 0; k < count; k += U * slots) {
       WalkStep<U, N, index_t> walk;
       walk.first = batch + k + slot;
       walk.stride = slots;
       const int left = count - (k + slot);  // entries from this slot's first on
-      walk.real_count = left <= 0 ? 0 : (left + slots - 1) / slots;
+      walk.real_count = left <= 0 ? 0 : ((left - 1) >> slot_shift) + 1;
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll

@@ -66,21 +66,25 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
   const auto* __restrict__ v_head = static_cast<const scalar_t*>(p.v) + h * s.channels;
   const scalar_t* __restrict__ edge =
       has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
+  const uint64_t k_row_bytes = p.k_row_stride * sizeof(scalar_t);
+  const uint64_t v_row_bytes = p.v_row_stride * sizeof(scalar_t);
+  const uint64_t edge_row_bytes = s.width() * sizeof(scalar_t);
 #pragma unroll
   for (int k = 0; k < E; ++k) acc[k] = 0.f;
   walk_row<U, 1>(s, lane, begin, end, index, [&](const WalkStep<U, 1, index_t>& walk) {
     RawSlice<Traits> key_raw[U], value_raw[U], edge_raw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t j = walk.index[0][u];
+      const index_t j = walk.index[0][u];
       if (walk.real(u)) {
-        key_raw[u].load(k_head + j * p.k_row_stride, s, lane);
-        value_raw[u].load(v_head + j * p.v_row_stride, s, lane);
+        key_raw[u].load(row_address(k_head, j, k_row_bytes), s, lane);
+        value_raw[u].load(row_address(v_head, j, v_row_bytes), s, lane);
       } else {
         key_raw[u].clear();
         value_raw[u].clear();
       }
-      if (walk.real(u) && has_edge) edge_raw[u].load(edge + walk.pos(u) * s.width(), s, lane);
+      if (walk.real(u) && has_edge)
+        edge_raw[u].load(row_address(edge, walk.offset(u), edge_row_bytes), s, lane);
       else edge_raw[u].clear();
     }
     const TransformerValues<Traits, U> values{value_raw, edge_raw, has_edge};
@@ -199,6 +203,9 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
       has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
   scalar_t* __restrict__ grad_edge =
       has_edge ? static_cast<scalar_t*>(p.grad_edge) + h * s.channels : nullptr;
+  const uint64_t q_row_bytes = p.q_row_stride * sizeof(scalar_t);
+  const uint64_t row_bytes = s.width() * sizeof(scalar_t);  // grad_out, edge
+  const uint64_t heads_bytes = s.heads * sizeof(float);     // lse, delta
 #pragma unroll
   for (int c = 0; c < E; ++c) acc_k[c] = acc_v[c] = 0.f;
   walk_row<U, 2>(s, lane, begin, end, index, [&](const WalkStep<U, 2, index_t>& walk) {
@@ -206,18 +213,18 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
     float lse[U], row_d[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int64_t i = walk.index[0][u], e = walk.index[1][u];
+      const index_t i = walk.index[0][u], e = walk.index[1][u];
       if (walk.real(u)) {
-        q_raw[u].load(q_head + i * p.q_row_stride, s, lane);
-        dout_raw[u].load(dout_head + i * s.width(), s, lane);
-        lse[u] = p.lse[i * s.heads + h];
-        row_d[u] = delta[i * s.heads + h];
+        q_raw[u].load(row_address(q_head, i, q_row_bytes), s, lane);
+        dout_raw[u].load(row_address(dout_head, i, row_bytes), s, lane);
+        lse[u] = *row_address(p.lse + h, i, heads_bytes);
+        row_d[u] = *row_address(delta + h, i, heads_bytes);
       } else {
         q_raw[u].clear();
         dout_raw[u].clear();
         lse[u] = row_d[u] = 0.f;
       }
-      if (walk.real(u) && has_edge) edge_raw[u].load(edge + e * s.width(), s, lane);
+      if (walk.real(u) && has_edge) edge_raw[u].load(row_address(edge, e, row_bytes), s, lane);
       else edge_raw[u].clear();
     }
     float sums[2 * U];  // score parts, then <grad_out, value> parts

@@ -83,21 +83,24 @@ struct TransformerFamily {
     const bool has_edge = p.edge != nullptr;
     const scalar_t* __restrict__ edge =
         has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
+    const uint64_t k_row_bytes = p.k_row_stride * sizeof(scalar_t);
+    const uint64_t edge_row_bytes = s.width() * sizeof(scalar_t);
     const index_t* const index[1] = {static_cast<const index_t*>(p.a.col)};
     walk_row<U, 1>(s, lane, begin, end, index, [&](const WalkStep<U, 1, index_t>& walk) {
       RawSlice<Traits> key_raw[U], value_raw[U], edge_raw[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const int64_t j = walk.index[0][u];
-        if (walk.real(u)) key_raw[u].load(k + j * p.k_row_stride, s, lane);
+        const index_t j = walk.index[0][u];
+        if (walk.real(u)) key_raw[u].load(row_address(k, j, k_row_bytes), s, lane);
         else key_raw[u].clear();
         if constexpr (kValues) {
           if (walk.real(u))
-            value_raw[u].load(static_cast<const scalar_t*>(p.v) + h * s.channels +
-                                  j * p.v_row_stride, s, lane);
+            value_raw[u].load(row_address(static_cast<const scalar_t*>(p.v) + h * s.channels, j,
+                                          p.v_row_stride * sizeof(scalar_t)), s, lane);
           else value_raw[u].clear();
         }
-        if (walk.real(u) && has_edge) edge_raw[u].load(edge + walk.pos(u) * s.width(), s, lane);
+        if (walk.real(u) && has_edge)
+          edge_raw[u].load(row_address(edge, walk.offset(u), edge_row_bytes), s, lane);
         else edge_raw[u].clear();
       }
       float score[U];

@@ -1,10 +1,12 @@
-// Column indices for the gather loops of the SpMM and min/max kernels.
+// Entry positions and gathered-row addresses for the gather loops of the
+// SpMM, min/max and attention kernels, and the column indices of the first
+// two.
 //
-// Those loops take U entries a step (e0, e0 + stride, ...) and gather the
-// feature row x[col[e]] of each: the gather depends on the index load, so
-// a step that loads its own indices waits for two round trips to memory.
-// The loops load the next step's indices (load_sources) right after
-// issuing this step's gathers, so each step waits for one.
+// The SpMM and min/max loops take U entries a step (e0, e0 + stride, ...)
+// and gather the feature row x[col[e]] of each: the gather depends on the
+// index load, so a step that loads its own indices waits for two round
+// trips to memory. The loops load the next step's indices (load_sources)
+// right after issuing this step's gathers, so each step waits for one.
 #pragma once
 
 #include <stdint.h>

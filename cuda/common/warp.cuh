@@ -6,6 +6,8 @@
 namespace pygio {
 
 constexpr int kWarpSize = 32;
+constexpr int kWarpShift = 5;  // log2(kWarpSize)
+static_assert(kWarpSize == 1 << kWarpShift, "kWarpShift is log2(kWarpSize)");
 
 // Sum of `v` over the warp's 32 lanes, valid in lane 0 (all lanes active).
 template <typename T>
