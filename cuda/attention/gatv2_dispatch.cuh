@@ -60,16 +60,56 @@ inline int check_dropout(float p, const char* entry) {
 
 // How the kernels cover a row: kVec channels per load (16 bytes where
 // channels, every row stride and every base pointer allow, else 1), groups
-// of `layout.lanes()` lanes (a head's pieces rounded up to a power of two,
-// at most 32), `pieces` pieces per lane (a power of two), and 2^head_shift
-// heads a pass (as many of the warp's groups as there are heads, rounded
-// down to a power of two; the other factor are entry slots).
+// of `layout.lanes()` lanes (a power of two, at most 32), `pieces` pieces
+// per lane (a power of two), and 2^head_shift heads a pass (as many of the
+// warp's groups as there are heads, rounded down to a power of two; the
+// other factor are entry slots).
 struct Plan {
   int vec;
   WarpLayout layout;
   int pieces;
   int head_shift;
 };
+
+// Pieces a lane holds where 2^shift lanes span `pieces` (a power of two).
+inline int pieces_per_lane(int64_t pieces, int shift) {
+  const int64_t lanes = int64_t{1} << shift;
+  const int64_t needed = (pieces + lanes - 1) / lanes;
+  int per_lane = 1;
+  while (per_lane < needed) per_lane <<= 1;
+  return per_lane;
+}
+
+// log2 of the heads a pass takes with groups of 2^shift lanes.
+inline int heads_shift(int64_t heads, int shift) {
+  int head_shift = 0;
+  while (head_shift < kWarpShift - shift && (int64_t{2} << head_shift) <= heads) ++head_shift;
+  return head_shift;
+}
+
+// Passes over a row's entries for `heads` heads with groups of 2^shift lanes.
+inline int64_t passes(int64_t heads, int shift) {
+  return (heads + (int64_t{1} << heads_shift(heads, shift)) - 1) >> heads_shift(heads, shift);
+}
+
+// Lanes a head: the fewest that span a head's pieces with one piece a lane
+// (up to 32). One channel a load (odd head sizes, such as a 47-class
+// output layer) takes fewer lanes and more pieces a lane where that puts
+// more heads in one pass: there a pass's work per entry (index shuffles,
+// the score's lane sum, the softmax update) costs more than its loads,
+// and each pass walks every entry again. (H100, GATv2Conv(128, 47,
+// heads=2, concat=False) in the medium mini-batch: two passes of 32 lanes
+// -> one of two 16-lane groups.) 16-byte loads keep the narrowest layout,
+// which the common head sizes were tuned with.
+inline int lane_shift(int vec, int64_t heads, int64_t pieces) {
+  int shift = 0;
+  while (shift < kWarpShift && (int64_t{1} << shift) < pieces) ++shift;
+  if (vec != 1) return shift;
+  int best = shift;
+  for (int s = shift - 1; s >= 0 && pieces_per_lane(pieces, s) <= kMaxPieces; --s)
+    if (passes(heads, s) < passes(heads, best)) best = s;
+  return best;
+}
 
 // The plan for `heads` heads of `channels` channels of a dtype checked by
 // check_inputs; PYGIO_ERR_UNSUPPORTED above max_channels. `strides` and
@@ -90,15 +130,8 @@ inline int make_plan(int32_t dtype, int64_t heads, int64_t channels,
                                          " with 16-byte aligned rows, else " +
                                          std::to_string(max_channels(1)) + ")"));
   const int64_t pieces = channels / vec;
-  int shift = 0;
-  while (shift < 5 && (int64_t{1} << shift) < pieces) ++shift;
-  const int64_t lanes = int64_t{1} << shift;
-  const int64_t needed = (pieces + lanes - 1) / lanes;
-  int per_lane = 1;
-  while (per_lane < needed) per_lane <<= 1;
-  int head_shift = 0;
-  while (head_shift < 5 - shift && (int64_t{2} << head_shift) <= heads) ++head_shift;
-  *plan = Plan{vec, WarpLayout{shift}, per_lane, head_shift};
+  const int shift = lane_shift(vec, heads, pieces);
+  *plan = Plan{vec, WarpLayout{shift}, pieces_per_lane(pieces, shift), heads_shift(heads, shift)};
   return PYGIO_OK;
 }
 
