@@ -4,6 +4,10 @@ kernels of each phase listed by total time.
 
     python scripts/profile_layer.py --layer GATv2Conv --graph web-like --heads 2 --channels 64
 
+With --timeline it also lists the last step's kernels in GPU order with
+their start, duration and the idle gap before each (where the GPU waited
+for the host), and the step's busy share.
+
 Run on a GPU host from a source checkout (PYTHONPATH=src); a diagnosis tool,
 not a benchmark (docs/benchmark_protocol.md timings come from python -m pyg_ioaware.bench).
 """
@@ -26,6 +30,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--rows", type=int, default=15, help="kernels listed per phase")
+    parser.add_argument("--timeline", action="store_true",
+                        help="list the last step's kernels in order, with idle gaps")
     args = parser.parse_args()
 
     edge_index, num_nodes = generate(args.graph, device="cuda")
@@ -53,6 +59,32 @@ def main() -> None:
     print(f"{args.layer} ({args.heads}, {args.channels}) {args.dtype} on {args.graph}: "
           f"{num_nodes} nodes, {edge_index.size(1)} edges, {args.steps} steps")
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows))
+    if args.timeline:
+        print_timeline(prof)
+
+
+def print_timeline(prof: profile) -> None:
+    """The kernels of the last profiled step (from the last ``forward``
+    annotation on the GPU; all steps where the profiler gave none), in
+    start order: start and gap before each (us, from the step's first
+    kernel), duration, name; then busy / span."""
+    gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    phases = [e for e in gpu if e.name in ("forward", "backward")]
+    kernels = sorted((e for e in gpu if e.name not in ("forward", "backward")),
+                     key=lambda e: e.time_range.start)
+    forwards = [e.time_range.start for e in phases if e.name == "forward"]
+    first = max(forwards) if forwards else kernels[0].time_range.start  # else: every step
+    step = [k for k in kernels if k.time_range.start >= first]
+    origin, previous_end, busy = step[0].time_range.start, step[0].time_range.start, 0.0
+    print(f"{'start us':>9} {'gap us':>7} {'dur us':>7}  kernel (last step)")
+    for k in step:
+        start, end = k.time_range.start, k.time_range.end
+        print(f"{start - origin:9.1f} {max(start - previous_end, 0.0):7.1f} "
+              f"{end - start:7.1f}  {k.name[:90]}")
+        busy += end - start
+        previous_end = max(previous_end, end)
+    span = previous_end - origin
+    print(f"busy {busy:.1f} us of {span:.1f} us ({100 * busy / max(span, 1e-9):.0f}%)")
 
 
 if __name__ == "__main__":
