@@ -241,8 +241,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   RowExtents<index_t, kCarry ? 2 : 1> extents(rowptr, p.a.num_rows, row, warps);
   EntryStep<Traits> step;
   if (kCarry)
-    load_first_step<Traits>(p, layout, lane, offset_t(extents.begin), offset_t(extents.end),
-                            step);
+    load_first_step<Traits>(p, layout, lane, extents.begin, extents.end, step);
   for (; row < p.a.num_rows; row += warps, extents.advance(rowptr, p.a.num_rows, row, warps)) {
     const offset_t begin = extents.begin, end = extents.end;
     // The entries whose first step this row's last step loads.
@@ -334,7 +333,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     const offset_t begin = chunk_begin, end = chunk_end;
     EntryStep<Traits> step;
     if (Traits::kCarryAcrossRows) load_first_step<Traits>(p, layout, lane, begin, end, step);
-    gather_row_pieces<Traits>(p, layout, lane, begin, end, offset_t(0), offset_t(0), step,
+    gather_row_pieces<Traits>(p, layout, lane, begin, end, 0, 0, step,
                               [&](int64_t piece, acc_t (&sums)[V]) {
                                 atomic_add_pack<V>(ws.sums + lo * p.width + piece * V, sums);
                               });

@@ -317,7 +317,7 @@ class Graph:
         _check_sparse_size(size, num_nodes)
         if adj.layout == torch.sparse_csr:
             crow, src = adj.crow_indices(), adj.col_indices().long()
-            dst = _expand_rowptr(crow.long(), src.numel())
+            dst = entry_rows(crow, src.numel())
             values = adj.values()
         else:
             adj = adj.coalesce()  # sorted by (row = destination, column)
@@ -762,9 +762,11 @@ def _rowptr(sorted_index: Tensor, num_rows: int) -> Tensor:
     return torch.searchsorted(sorted_index, rows, out_int32=sorted_index.dtype == torch.int32)
 
 
-def _expand_rowptr(rowptr: Tensor, num_entries: int) -> Tensor:
-    """Row index of every CSR entry."""
-    rows = torch.arange(rowptr.numel() - 1, device=rowptr.device, dtype=rowptr.dtype)
+def entry_rows(rowptr: Tensor, num_entries: int) -> Tensor:
+    """The row of every CSR entry (int64): row r repeated rowptr[r + 1] -
+    rowptr[r] times (``num_entries`` = rowptr[-1], given so that no host
+    read is needed)."""
+    rows = torch.arange(rowptr.numel() - 1, device=rowptr.device)
     return torch.repeat_interleave(rows, rowptr.diff(), output_size=num_entries)
 
 

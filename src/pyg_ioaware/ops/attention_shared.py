@@ -20,12 +20,6 @@ MAX_ALIGNED_CHANNELS = 1024
 MAX_CHANNELS = 256
 
 
-def entry_rows(rowptr: Tensor, nnz: int) -> Tensor:
-    """The row (destination) of each CSR entry."""
-    return torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device),
-                                   rowptr.diff().long(), output_size=nnz)
-
-
 def segment_lse(scores: Tensor, row: Tensor, num_rows: int) -> Tensor:
     """lse[i, h] = log sum_{e in row i} exp(scores[e, h]) (-inf for an empty row)."""
     heads = scores.size(1)

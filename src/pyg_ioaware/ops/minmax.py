@@ -42,7 +42,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .. import _native
-from ..graph import INT32_LIMIT
+from ..graph import INT32_LIMIT, entry_rows
 from . import checks
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
 from .hubs import DEFAULT_HUB_QUANTILE, MIN_HUB_DEGREE, hub_degree  # noqa: F401 (re-exported)
@@ -53,11 +53,6 @@ ARG_EMPTY = -2**31
 
 
 # ------------------------------------------------------------- reference
-def _rows_of_entries(rowptr: Tensor, nnz: int) -> Tensor:
-    rows = torch.arange(rowptr.numel() - 1, device=rowptr.device)
-    return torch.repeat_interleave(rows, rowptr.diff(), output_size=nnz)
-
-
 def _scatter_minmax(x: Tensor, col: Tensor, row: Tensor, num_rows: int,
                     reduce: str) -> Tuple[Tensor, Tensor, Tensor]:
     """PyG's min / max: (messages x[col] [E, C], the index scattering them
@@ -74,7 +69,7 @@ def minmax_reference(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
                      with_arg: bool = True) -> Tuple[Tensor, Tensor]:
     """Plain-torch (out, arg) of neighbor_minmax (oracle and CPU path)."""
     num_rows, width = rowptr.numel() - 1, x.size(1)
-    row = _rows_of_entries(rowptr, col.numel())
+    row = entry_rows(rowptr, col.numel())
     messages, index, out = _scatter_minmax(x, col.long(), row, num_rows, reduce)
     if not with_arg:
         return out, x.new_empty(0, dtype=torch.int32)
@@ -95,7 +90,7 @@ def minmax_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, out: Tenso
                               grad_out: Tensor) -> Tensor:
     """Plain-torch neighbor_minmax_backward (oracle and CPU path)."""
     acc = accumulator_dtype(x.dtype)
-    row = _rows_of_entries(rowptr, col.numel())
+    row = entry_rows(rowptr, col.numel())
     sources = col.long().unsqueeze(1)
     messages = x.index_select(0, col.long())
     result = out.index_select(0, row)

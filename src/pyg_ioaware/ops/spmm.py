@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from .. import _native
+from ..graph import entry_rows
 from . import checks
 from .bias_gradient import column_sums
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
@@ -197,8 +198,7 @@ class LazyTranspose:
 def sddmm_reference(rowptr: Tensor, col: Tensor, g: Tensor, x: Tensor) -> Tensor:
     """Plain-torch out[e] = <g[row(e)], x[col[e]]> (oracle and CPU path)."""
     acc = accumulator_dtype(x.dtype)
-    row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device),
-                                  rowptr.diff(), output_size=col.numel())
+    row = entry_rows(rowptr, col.numel())
     dots = (g.index_select(0, row).to(acc) * x.index_select(0, col).to(acc)).sum(-1)
     return dots.to(x.dtype)
 

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from .. import _native
-from ..graph import StructureState, known_structure_state, structure_state
+from ..graph import StructureState, entry_rows, known_structure_state, structure_state
 from . import tuning
 from .dispatch import accumulator_dtype, native_ready
 
@@ -65,8 +65,7 @@ def spmm_reference(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_o
                    transpose: bool) -> Tensor:
     """Plain-torch Y = op(A) X (the tests' oracle and the CPU path)."""
     acc = accumulator_dtype(x.dtype)
-    row = torch.repeat_interleave(torch.arange(rowptr.numel() - 1, device=rowptr.device),
-                                  rowptr.diff(), output_size=col.numel())
+    row = entry_rows(rowptr, col.numel())
     src, dst = (row, col) if transpose else (col, row)
     messages = x.index_select(0, src).to(acc) * values.to(acc).unsqueeze(1)
     out = torch.zeros(num_out, x.size(1), dtype=acc, device=x.device)

@@ -50,10 +50,10 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .. import _native
+from ..graph import entry_rows
 from . import checks
 from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
-                               dropout_factor, entry_rows, heads_readable, kernels_take,
-                               segment_lse)
+                               dropout_factor, heads_readable, kernels_take, segment_lse)
 from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
