@@ -123,7 +123,8 @@ extern "C" int pygio_gatv2_backward(const pygio_gatv2_backward_params* params) {
   const pygio_gatv2_backward_params& p = *params;
   gatv2::Plan plan;
   PYGIO_TRY(gatv2::make_plan(
-      p.dtype, p.heads, p.channels, {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
+      p.dtype, p.heads, p.channels, gatv2::kGatv2WidePieces,
+      {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
       {p.x_l, p.x_r, p.edge, p.grad_out, p.grad_x_l, p.grad_x_r, p.grad_edge}, __func__,
       &plan));
   DeviceGuard guard;

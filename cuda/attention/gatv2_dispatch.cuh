@@ -93,29 +93,41 @@ inline int64_t passes(int64_t heads, int shift) {
 }
 
 // Lanes a head: the fewest that span a head's pieces with one piece a lane
-// (up to 32). One channel a load (odd head sizes, such as a 47-class
-// output layer) takes fewer lanes and more pieces a lane where that puts
-// more heads in one pass: there a pass's work per entry (index shuffles,
-// the score's lane sum, the softmax update) costs more than its loads,
-// and each pass walks every entry again. (H100, GATv2Conv(128, 47,
-// heads=2, concat=False) in the medium mini-batch: two passes of 32 lanes
-// -> one of two 16-lane groups.) 16-byte loads keep the narrowest layout,
-// which the common head sizes were tuned with.
-inline int lane_shift(int vec, int64_t heads, int64_t pieces) {
+// (up to 32), unless fewer lanes with more pieces a lane put more heads in
+// one pass: each pass walks every entry again, and a pass's work per entry
+// (index shuffles, the score's lane sum, the softmax update) is served for
+// all its heads at once. One channel a load (odd head sizes, such as a
+// 47-class output layer) takes up to kMaxPieces a lane (H100, GATv2 (2,
+// 47): two passes of 32 lanes -> one of two 16-lane groups, 1.5-1.7x
+// faster); 16-byte loads up to `wide_pieces`, the family's timed choice
+// per dtype (more pieces a lane cost registers and entries in flight).
+inline int lane_shift(int vec, int64_t heads, int64_t pieces, int wide_pieces) {
   int shift = 0;
   while (shift < kWarpShift && (int64_t{1} << shift) < pieces) ++shift;
-  if (vec != 1) return shift;
+  int cap = vec == 1 ? kMaxPieces : wide_pieces;
+  if (cap * vec > kMaxElemsPerLane) cap = kMaxElemsPerLane / vec;
   int best = shift;
-  for (int s = shift - 1; s >= 0 && pieces_per_lane(pieces, s) <= kMaxPieces; --s)
+  for (int s = shift - 1; s >= 0 && pieces_per_lane(pieces, s) <= cap; --s)
     if (passes(heads, s) < passes(heads, best)) best = s;
   return best;
 }
 
+// GATv2's wide_pieces: 1, the narrowest layout. More pieces a lane lose
+// the 4-blocks-an-SM launch bound of one-piece lanes (GatTraits::kOnePiece)
+// and mostly lost, H100, ms fwd / bwd at 1 / 2 / 4 pieces: arxiv-like (8,
+// 128) fp32 3.70 / 13.04, 3.61 / 10.97, 2.79 / 12.5, bf16 2.88 / 10.02,
+// 2.54 / 12.94, 2.91 / 12.3; (4, 64) fp32 at 2 pieces arxiv-like 0.95 /
+// 3.27 -> 0.87 / 2.77 but pokec-like 15.06 / 51.5 -> 17.28 / 48.1 (a
+// slower forward). Heads that fit one pass, as (2, 64), are unaffected.
+constexpr int kGatv2WidePieces = 1;
+
 // The plan for `heads` heads of `channels` channels of a dtype checked by
-// check_inputs; PYGIO_ERR_UNSUPPORTED above max_channels. `strides` and
-// `pointers`: every row stride (elements) and base pointer the kernels
-// read or write with vector accesses.
-inline int make_plan(int32_t dtype, int64_t heads, int64_t channels,
+// check_inputs; PYGIO_ERR_UNSUPPORTED above max_channels. `wide_pieces`:
+// see lane_shift (a family passes the same value to its forward, backward
+// and weights entries, so each recomputes the forward's scores bit for
+// bit). `strides` and `pointers`: every row stride (elements) and base
+// pointer the kernels read or write with vector accesses.
+inline int make_plan(int32_t dtype, int64_t heads, int64_t channels, int wide_pieces,
                      std::initializer_list<int64_t> strides,
                      std::initializer_list<const void*> pointers, const char* entry,
                      Plan* plan) {
@@ -130,7 +142,7 @@ inline int make_plan(int32_t dtype, int64_t heads, int64_t channels,
                                          " with 16-byte aligned rows, else " +
                                          std::to_string(max_channels(1)) + ")"));
   const int64_t pieces = channels / vec;
-  const int shift = lane_shift(vec, heads, pieces);
+  const int shift = lane_shift(vec, heads, pieces, wide_pieces);
   *plan = Plan{vec, WarpLayout{shift}, pieces_per_lane(pieces, shift), heads_shift(heads, shift)};
   return PYGIO_OK;
 }

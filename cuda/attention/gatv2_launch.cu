@@ -40,7 +40,7 @@ extern "C" int pygio_gatv2(const pygio_gatv2_params* params) {
   const pygio_gatv2_params& p = *params;
   if (p.a.num_rows == 0) return ok();
   gatv2::Plan plan;
-  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels,
+  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels, gatv2::kGatv2WidePieces,
                              {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
                              {p.x_l, p.x_r, p.edge, p.out}, __func__, &plan));
   DeviceGuard guard;
@@ -59,7 +59,7 @@ extern "C" int pygio_gatv2_alpha(const pygio_gatv2_alpha_params* params) {
   const pygio_gatv2_alpha_params& p = *params;
   if (p.a.nnz == 0) return ok();
   gatv2::Plan plan;
-  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels,
+  PYGIO_TRY(gatv2::make_plan(p.dtype, p.heads, p.channels, gatv2::kGatv2WidePieces,
                              {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
                              {p.x_l, p.x_r, p.edge}, __func__, &plan));
   DeviceGuard guard;

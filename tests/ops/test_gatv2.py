@@ -191,8 +191,8 @@ CUDA_DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", CUDA_DTYPES)
-@pytest.mark.parametrize("heads, channels", [(1, 64), (2, 64), (3, 7), (2, 33), (2, 47), (8, 5),
-                                             (1, 128), (2, 256), (1, 100)])
+@pytest.mark.parametrize("heads, channels", [(1, 64), (2, 64), (4, 64), (3, 7), (2, 33), (2, 47),
+                                             (8, 5), (1, 128), (2, 256), (1, 100)])
 @pytest.mark.parametrize("edge", [False, True])
 def test_cuda_matches_float64(dtype, heads, channels, edge):
     # A hub of 3000 entries (split over all SMs), empty rows, duplicates, loops.
