@@ -100,7 +100,7 @@ inline int64_t passes(int64_t heads, int shift) {
 // 47-class output layer) takes up to kMaxPieces a lane (H100, GATv2 (2,
 // 47): two passes of 32 lanes -> one of two 16-lane groups, 1.5-1.7x
 // faster); 16-byte loads up to `wide_pieces`, the family's timed choice
-// per dtype (more pieces a lane cost registers and entries in flight).
+// (more pieces a lane cost registers and entries in flight).
 inline int lane_shift(int vec, int64_t heads, int64_t pieces, int wide_pieces) {
   int shift = 0;
   while (shift < kWarpShift && (int64_t{1} << shift) < pieces) ++shift;
@@ -112,13 +112,13 @@ inline int lane_shift(int vec, int64_t heads, int64_t pieces, int wide_pieces) {
   return best;
 }
 
-// GATv2's wide_pieces: 1, the narrowest layout. More pieces a lane lose
+// GATv2's wide_pieces: 1, the narrowest layout. Lanes of more pieces lose
 // the 4-blocks-an-SM launch bound of one-piece lanes (GatTraits::kOnePiece)
-// and mostly lost, H100, ms fwd / bwd at 1 / 2 / 4 pieces: arxiv-like (8,
-// 128) fp32 3.70 / 13.04, 3.61 / 10.97, 2.79 / 12.5, bf16 2.88 / 10.02,
-// 2.54 / 12.94, 2.91 / 12.3; (4, 64) fp32 at 2 pieces arxiv-like 0.95 /
-// 3.27 -> 0.87 / 2.77 but pokec-like 15.06 / 51.5 -> 17.28 / 48.1 (a
-// slower forward). Heads that fit one pass, as (2, 64), are unaffected.
+// and were as often slower as faster on an H100, ms fwd / bwd at 1 / 2 / 4
+// pieces: arxiv-like (8, 128) fp32 3.70 / 13.04, 3.61 / 10.97, 2.79 /
+// 12.5, bf16 2.88 / 10.02, 2.54 / 12.94, 2.91 / 12.3; (4, 64) fp32 at 2
+// pieces arxiv-like 0.95 / 3.27 -> 0.87 / 2.77 but pokec-like 15.06 / 51.5
+// -> 17.28 / 48.1. Heads that fit one pass, as (2, 64), are unaffected.
 constexpr int kGatv2WidePieces = 1;
 
 // The plan for `heads` heads of `channels` channels of a dtype checked by
