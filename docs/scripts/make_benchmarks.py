@@ -112,6 +112,12 @@ RUN_TITLES = {
     "results_h100_sage_fold_after_2":
         "SAGEConv mean and max mini-batch steps, H100 A/B round 2: the root term carries "
         "lin_l's bias (issue 7)",
+    "results_h100_walk32_state_minibatch":
+        "GCNConv and SAGEConv (mean, max) mini-batch steps with 32-bit SpMM and min/max entry "
+        "positions, H100 (issues 5, 7)",
+    "results_h100_walk32_attention":
+        "GATv2Conv (2, 64) and TransformerConv (4, 128) layers and mini-batch steps with "
+        "32-bit attention walks, H100 (issues 8, 9)",
 }
 
 
