@@ -144,6 +144,23 @@ def assert_runs_match(ours, ref, tol, zero_grads=()):
             assert relative_error(ours[3][name], ref[3][name]) < tol, name
 
 
+def assert_reference_under_autograd(op, inputs, grad, out, lse, grads, function_name):
+    """``op(*leaves)`` -> (out, lse), on clones of ``inputs`` that record a
+    gradient, runs through torch's autograd (no ``function_name`` node, lse
+    not differentiable) and gives the custom Function's ``out``, ``lse`` and
+    ``grads`` (float64 inputs); without a gradient, the same out."""
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    got, got_lse = op(*leaves)
+    assert function_name not in type(got.grad_fn).__name__ and got_lse.grad_fn is None
+    got.backward(grad)
+    assert relative_error(got, out) < 1e-12 and torch.equal(got_lse, lse)
+    for leaf, want in zip(leaves, grads):
+        assert relative_error(leaf.grad, want) < 1e-10
+    with torch.no_grad():
+        plain, _ = op(*leaves)
+    assert torch.equal(plain, got.detach())
+
+
 def count_syncs(fn):
     """Host synchronisations while ``fn`` runs (CUDA): those torch reports,
     and waits for a CUDA event (graph.prefetch reads a new graph's index

@@ -5,7 +5,7 @@ result on graphs with a hub, empty rows, duplicate edges and self loops."""
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import TOLERANCE, random_graph, relative_error
+from _helpers import TOLERANCE, assert_reference_under_autograd, random_graph, relative_error
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -131,16 +131,9 @@ def test_cpu_graph_op_is_the_reference_under_autograd(p):
     e = csr_order(graph, e)
     out, lse, grads = run_ours(graph, x_l, x_r, att, e, grad, torch.float64, "cpu", p=p,
                                seed=11)
-    leaves = [t.clone().requires_grad_() for t in (x_l, x_r, att, e)]
-    got, got_lse = attention.graph_gatv2(graph, *leaves, SLOPE, p, 11)
-    assert "GATv2Function" not in type(got.grad_fn).__name__ and got_lse.grad_fn is None
-    got.backward(grad)
-    assert relative_error(got, out) < 1e-12 and torch.equal(got_lse, lse)
-    for leaf, want in zip(leaves, grads):
-        assert relative_error(leaf.grad, want) < 1e-10
-    with torch.no_grad():
-        plain, _ = attention.graph_gatv2(graph, *leaves, SLOPE, p, 11)
-    assert torch.equal(plain, got.detach())
+    assert_reference_under_autograd(
+        lambda *leaves: attention.graph_gatv2(graph, *leaves, SLOPE, p, 11),
+        (x_l, x_r, att, e), grad, out, lse, grads, "GATv2Function")
 
 
 def test_reference_is_the_custom_op_on_cpu():

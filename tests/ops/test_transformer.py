@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from _helpers import TOLERANCE, random_graph, relative_error
+from _helpers import TOLERANCE, assert_reference_under_autograd, random_graph, relative_error
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -123,16 +123,9 @@ def test_cpu_graph_op_is_the_reference_under_autograd(p):
     _, graph, qkv, e, grad = case(37, 23, 300, 3, 7, seed=8, hub=40, edge=True)
     e = csr_order(graph, e)
     out, lse, grads = run_ours(graph, qkv, e, grad, torch.float64, "cpu", p=p, seed=11)
-    leaves = [t.clone().requires_grad_() for t in (*qkv, e)]
-    got, got_lse = transformer.graph_transformer(graph, *leaves, None, p, 11)
-    assert "TransformerFunction" not in type(got.grad_fn).__name__ and got_lse.grad_fn is None
-    got.backward(grad)
-    assert relative_error(got, out) < 1e-12 and torch.equal(got_lse, lse)
-    for leaf, want in zip(leaves, grads):
-        assert relative_error(leaf.grad, want) < 1e-10
-    with torch.no_grad():
-        plain, _ = transformer.graph_transformer(graph, *leaves, None, p, 11)
-    assert torch.equal(plain, got.detach())
+    assert_reference_under_autograd(
+        lambda *leaves: transformer.graph_transformer(graph, *leaves, None, p, 11),
+        (*qkv, e), grad, out, lse, grads, "TransformerFunction")
 
 
 def test_reference_is_the_custom_op_on_cpu():
