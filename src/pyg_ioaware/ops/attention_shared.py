@@ -1,8 +1,9 @@
 """What the attention family's ops share (GATv2 in :mod:`.attention`,
-graph-transformer attention in :mod:`.transformer`): the per-entry row
-index and the per-row log-sum-exp of the plain-torch references, the
-dropout factor, and when and how the CUDA kernels take a tensor (and when
-torch's autograd differentiates the references instead)."""
+graph-transformer attention in :mod:`.transformer`): the per-row
+log-sum-exp of the plain-torch references (their per-entry rows come from
+``graph.entry_rows``), the dropout factor, and when and how the CUDA
+kernels take a tensor (and when torch's autograd differentiates the
+references instead)."""
 from __future__ import annotations
 
 from typing import Optional, Sequence
