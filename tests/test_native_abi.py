@@ -481,7 +481,8 @@ def _gatv2_params(kind: str, fields: dict):
                    col=16, index_bits=a["index_bits"])
         a_t.update(fields.pop("a_t", {}))
         base.update(a_t=_native.Csr(**a_t), perm_t=16, out=16, lse=_float_at(16), grad_out=16,
-                    grad_x_l=16, grad_x_r=16, grad_att=_float_at(16), workspace=16)
+                    grad_x_l=16, grad_x_l_row_stride=8, grad_x_r=16, grad_x_r_row_stride=8,
+                    grad_att=_float_at(16), workspace=16)
     else:
         base.update(lse=_float_at(16), alpha=_float_at(16))
     base.update(fields)
@@ -601,6 +602,8 @@ def test_own_gatv2_backward_checks_its_parameters():
         (dict(grad_out=None), nulls),
         (dict(grad_x_r=None), nulls),
         (dict(grad_x_l=None), "grad_x_l, a_t.rowptr and att must not be NULL"),
+        (dict(grad_x_r_row_stride=7), "grad_x_r row stride 7 is less than the width 8"),
+        (dict(grad_x_l_row_stride=0), "grad_x_l row stride 0 is less than the width 8"),
         (dict(a=dict(nnz=0), a_t=dict(nnz=0, rowptr=None)),
          "grad_x_l, a_t.rowptr and att must not be NULL"),
         (dict(perm_t=None), "perm_t must not be NULL"),
@@ -612,7 +615,8 @@ def test_own_gatv2_backward_checks_its_parameters():
         assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
         assert message.startswith("pygio_gatv2_backward:"), message
     status, message = _call("pygio_gatv2_backward", _gatv2_params(
-        "backward", dict(channels=1028, x_l_row_stride=2056, x_r_row_stride=2056)))
+        "backward", dict(channels=1028, x_l_row_stride=2056, x_r_row_stride=2056,
+                         grad_x_l_row_stride=2056, grad_x_r_row_stride=2056)))
     assert status == PYGIO_ERR_UNSUPPORTED and "are not supported" in message, message
 
 
@@ -789,7 +793,8 @@ def _transformer_params(kind: str, fields: dict):
                    col=16, index_bits=a["index_bits"])
         a_t.update(fields.pop("a_t", {}))
         base.update(a_t=_native.Csr(**a_t), perm_t=16, out=16, lse=_float_at(16), grad_out=16,
-                    grad_q=16, grad_k=16, grad_v=16, workspace=16)
+                    grad_q=16, grad_q_row_stride=8, grad_k=16, grad_k_row_stride=8, grad_v=16,
+                    grad_v_row_stride=8, workspace=16)
     else:
         base.update(lse=_float_at(16), alpha=_float_at(16))
     base.update(fields)
@@ -829,6 +834,9 @@ def test_own_transformer_checks_its_parameters(kind, entry):
         cases += [(dict(a_t=dict(nnz=5)), "a_t must be the transpose of a"),
                   (dict(edge=16), "grad_edge must be given exactly when edge is"),
                   (dict(grad_k=None), "must not be NULL"),
+                  (dict(grad_q_row_stride=4), "grad_q row stride 4 is less than the width 8"),
+                  (dict(grad_k_row_stride=7), "grad_k row stride 7 is less than the width 8"),
+                  (dict(grad_v_row_stride=-8), "grad_v row stride -8 is less than the width 8"),
                   (dict(perm_t=None), "perm_t must not be NULL"),
                   (dict(max_hubs_t=-1), "max_hubs and max_hubs_t must be non-negative"),
                   (dict(workspace=None), "needs a workspace"),

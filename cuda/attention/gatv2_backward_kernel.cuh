@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
       float dxr[E];
 #pragma unroll
       for (int k = 0; k < E; ++k) dxr[k] = sums.a[k] - sums.g * sums.b[k];
-      store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_r) + row * s.width() +
+      store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_r) + row * p.grad_x_r_row_stride +
                               head.h * s.channels, s, lane, dxr);
       if (s.layout.lane_in_group(lane) == 0) g[row * s.heads + head.h] = sums.g;
     }
@@ -281,7 +281,8 @@ __global__ void gatv2_backward_hub_rows_finish_kernel(const __grid_constant__
     const float* a = hubs.acc + 2 * slot * s.width();
     for (int64_t k = lane; k < s.width(); k += kWarpSize) {
       const float dxr = a[k] - g[row * s.heads + k / s.channels] * a[s.width() + k];
-      static_cast<scalar_t*>(p.grad_x_r)[row * s.width() + k] = DTypeTraits<scalar_t>::store(dxr);
+      static_cast<scalar_t*>(p.grad_x_r)[row * p.grad_x_r_row_stride + k] =
+          DTypeTraits<scalar_t>::store(dxr);
     }
   }
 }
@@ -313,7 +314,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
       float dxl[E], datt[E];
       source_grads<Traits>(p, s, lane, src, head.h, head.active, begin, end, g, dxl, datt);
       if (!head.active || s.slot(lane) != 0) continue;
-      store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + src * s.width() +
+      store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + src * p.grad_x_l_row_stride +
                               head.h * s.channels, s, lane, dxl);
       if (begin < end) atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
     }

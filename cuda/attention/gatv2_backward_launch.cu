@@ -34,10 +34,12 @@ int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
   if (p.a.num_rows > 0) {
     PYGIO_CHECK_ARG(p.lse != nullptr && p.grad_out != nullptr && p.grad_x_r != nullptr,
                     entry_message(entry, "lse, grad_out and grad_x_r must not be NULL"));
+    PYGIO_TRY(check_row_stride(p.grad_x_r_row_stride, p.heads * p.channels, "grad_x_r", entry));
   }
   if (p.a.num_cols > 0) {
     PYGIO_CHECK_ARG(p.grad_x_l != nullptr && p.a_t.rowptr != nullptr && p.att != nullptr,
                     entry_message(entry, "grad_x_l, a_t.rowptr and att must not be NULL"));
+    PYGIO_TRY(check_row_stride(p.grad_x_l_row_stride, p.heads * p.channels, "grad_x_l", entry));
   }
   PYGIO_CHECK_ARG(p.a.nnz == 0 || p.perm_t != nullptr,
                   entry_message(entry, "perm_t must not be NULL"));
@@ -95,7 +97,9 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
     PYGIO_CHECK_CUDA(cudaGetLastError());
     PYGIO_TRY(resident_grid(layout.slots_t, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
     attention_hub_rows_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
-        hubs_t, p.heads * p.channels, 1, static_cast<scalar_t*>(p.grad_x_l), nullptr);
+        hubs_t, p.heads * p.channels, 1,
+        HubRowsOutput<scalar_t>{static_cast<scalar_t*>(p.grad_x_l), p.grad_x_l_row_stride},
+        HubRowsOutput<scalar_t>{});
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   return PYGIO_OK;
@@ -124,7 +128,8 @@ extern "C" int pygio_gatv2_backward(const pygio_gatv2_backward_params* params) {
   gatv2::Plan plan;
   PYGIO_TRY(gatv2::make_plan(
       p.dtype, p.heads, p.channels, gatv2::kGatv2WidePieces,
-      {p.x_l_row_stride, p.x_r_row_stride, p.heads * p.channels},
+      {p.x_l_row_stride, p.x_r_row_stride, p.grad_x_l_row_stride, p.grad_x_r_row_stride,
+       p.heads * p.channels},
       {p.x_l, p.x_r, p.edge, p.grad_out, p.grad_x_l, p.grad_x_r, p.grad_edge}, __func__,
       &plan));
   DeviceGuard guard;

@@ -73,12 +73,20 @@ struct GatGradHubs {
   float* acc;
 };
 
+// One output of attention_hub_rows_finish_kernel: [rows, width] with rows
+// `row_stride` elements apart.
+template <typename scalar_t>
+struct HubRowsOutput {
+  scalar_t* data;
+  int64_t row_stride;
+};
+
 // out_n[row] = acc[slot, n] (cast) for each registered hub of a pass and
-// each of its `count` accumulator rows of `width` (out_n: [rows, width]
-// contiguous): a warp per hub.
+// each of its `count` accumulator rows of `width`: a warp per hub.
 template <typename scalar_t>
 __global__ void attention_hub_rows_finish_kernel(GatGradHubs hubs, int64_t width, int count,
-                                                 scalar_t* out0, scalar_t* out1) {
+                                                 HubRowsOutput<scalar_t> out0,
+                                                 HubRowsOutput<scalar_t> out1) {
   const int64_t num_hubs = hub_count(hubs.list);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
@@ -87,10 +95,10 @@ __global__ void attention_hub_rows_finish_kernel(GatGradHubs hubs, int64_t width
        slot < num_hubs; slot += warps) {
     const int64_t row = hubs.list.hubs[slot].row;
     for (int n = 0; n < count; ++n) {
-      scalar_t* out = n == 0 ? out0 : out1;
+      const HubRowsOutput<scalar_t>& out = n == 0 ? out0 : out1;
       const float* acc = hubs.acc + (slot * count + n) * width;
       for (int64_t k = lane; k < width; k += kWarpSize)
-        out[row * width + k] = DTypeTraits<scalar_t>::store(acc[k]);
+        out.data[row * out.row_stride + k] = DTypeTraits<scalar_t>::store(acc[k]);
     }
   }
 }

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
       float acc[Traits::kElems];
       query_grad<Traits>(p, s, lane, row, head.h, begin, end, row_d, acc);
       if (!head.active || s.slot(lane) != 0) continue;
-      store_slice<Traits>(static_cast<scalar_t*>(p.grad_q) + row * s.width() +
+      store_slice<Traits>(static_cast<scalar_t*>(p.grad_q) + row * p.grad_q_row_stride +
                               head.h * s.channels, s, lane, acc);
     }
   }
@@ -300,9 +300,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
       source_grads<Traits>(p, s, lane, source, head.h, head.active, begin, end, delta, acc_k,
                            acc_v);
       if (!head.active || s.slot(lane) != 0) continue;
-      const int64_t node_head = source * s.width() + head.h * s.channels;
-      store_slice<Traits>(static_cast<scalar_t*>(p.grad_k) + node_head, s, lane, acc_k);
-      store_slice<Traits>(static_cast<scalar_t*>(p.grad_v) + node_head, s, lane, acc_v);
+      const int64_t head_offset = head.h * s.channels;
+      store_slice<Traits>(static_cast<scalar_t*>(p.grad_k) + source * p.grad_k_row_stride +
+                              head_offset, s, lane, acc_k);
+      store_slice<Traits>(static_cast<scalar_t*>(p.grad_v) + source * p.grad_v_row_stride +
+                              head_offset, s, lane, acc_v);
     }
   }
 }

@@ -82,6 +82,7 @@ int check_backward(const pygio_transformer_backward_params& p, const char* entry
     PYGIO_CHECK_ARG(p.out != nullptr && p.lse != nullptr && p.grad_out != nullptr &&
                         p.grad_q != nullptr,
                     entry_message(entry, "out, lse, grad_out and grad_q must not be NULL"));
+    PYGIO_TRY(check_row_stride(p.grad_q_row_stride, p.heads * p.channels, "grad_q", entry));
   }
   if (p.a.num_cols > 0) {
     PYGIO_CHECK_ARG(p.grad_k != nullptr && p.grad_v != nullptr && p.a_t.rowptr != nullptr &&
@@ -89,6 +90,8 @@ int check_backward(const pygio_transformer_backward_params& p, const char* entry
                     entry_message(entry, "grad_k, grad_v, a_t.rowptr, k and v must not be NULL"));
     PYGIO_TRY(check_row_stride(p.k_row_stride, p.heads * p.channels, "k", entry));
     PYGIO_TRY(check_row_stride(p.v_row_stride, p.heads * p.channels, "v", entry));
+    PYGIO_TRY(check_row_stride(p.grad_k_row_stride, p.heads * p.channels, "grad_k", entry));
+    PYGIO_TRY(check_row_stride(p.grad_v_row_stride, p.heads * p.channels, "grad_v", entry));
   }
   PYGIO_CHECK_ARG(p.a.nnz == 0 || p.perm_t != nullptr,
                   entry_message(entry, "perm_t must not be NULL"));
@@ -129,7 +132,9 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
     PYGIO_CHECK_CUDA(cudaGetLastError());
     PYGIO_TRY(resident_grid(layout.slots_a, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
     attention_hub_rows_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
-        hubs_a, width, 1, static_cast<scalar_t*>(p.grad_q), nullptr);
+        hubs_a, width, 1,
+        HubRowsOutput<scalar_t>{static_cast<scalar_t*>(p.grad_q), p.grad_q_row_stride},
+        HubRowsOutput<scalar_t>{});
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   // Source pass: grad_k, grad_v and grad_edge.
@@ -147,7 +152,9 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
     PYGIO_CHECK_CUDA(cudaGetLastError());
     PYGIO_TRY(resident_grid(layout.slots_t, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
     attention_hub_rows_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
-        hubs_t, width, 2, static_cast<scalar_t*>(p.grad_k), static_cast<scalar_t*>(p.grad_v));
+        hubs_t, width, 2,
+        HubRowsOutput<scalar_t>{static_cast<scalar_t*>(p.grad_k), p.grad_k_row_stride},
+        HubRowsOutput<scalar_t>{static_cast<scalar_t*>(p.grad_v), p.grad_v_row_stride});
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   return PYGIO_OK;
@@ -228,7 +235,8 @@ extern "C" int pygio_transformer_backward(const pygio_transformer_backward_param
   gatv2::Plan plan;
   PYGIO_TRY(gatv2::make_plan(
       p.dtype, p.heads, p.channels, kTransformerWidePieces,
-      {p.q_row_stride, p.k_row_stride, p.v_row_stride, p.heads * p.channels},
+      {p.q_row_stride, p.k_row_stride, p.v_row_stride, p.grad_q_row_stride,
+       p.grad_k_row_stride, p.grad_v_row_stride, p.heads * p.channels},
       {p.q, p.k, p.v, p.edge, p.out, p.grad_out, p.grad_q, p.grad_k, p.grad_v, p.grad_edge},
       __func__, &plan));
   DeviceGuard guard;

@@ -643,8 +643,11 @@ PYGIO_API int pygio_gatv2(const pygio_gatv2_params* params);
  * free of out's rounding): out is not read and may be NULL. Rows of a above
  * *hub_degree and rows of a_t above *hub_degree_t (each at least
  * PYGIO_ATTENTION_MIN_HUB_DEGREE, at most max_hubs / max_hubs_t) are split
- * over all SMs. Every output is fully overwritten. grad_out, grad_x_l,
- * grad_x_r (and grad_edge): contiguous, in dtype; lse, att, grad_att: fp32.
+ * over all SMs. Every output is fully overwritten. grad_out (and
+ * grad_edge): contiguous, in dtype; grad_x_l and grad_x_r in dtype, laid
+ * out as x_l and x_r may be (any node row stride >= heads * channels: the
+ * slots of one fused projection's gradient are written in place); lse,
+ * att, grad_att: fp32.
  */
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_gatv2_backward_params) */
@@ -672,7 +675,9 @@ typedef struct {
   const float* lse;
   const void* grad_out;
   void* grad_x_l;          /* [num_cols, heads, channels] */
+  int64_t grad_x_l_row_stride;
   void* grad_x_r;          /* [num_rows, heads, channels] */
+  int64_t grad_x_r_row_stride;
   float* grad_att;         /* [heads, channels] */
   void* grad_edge;         /* [nnz, heads, channels]; required iff edge */
   void* workspace;         /* pygio_gatv2_backward_workspace_size bytes, 16-byte aligned */
@@ -775,8 +780,11 @@ PYGIO_API int pygio_transformer(const pygio_transformer_params* params);
  * position; scores are recomputed from lse. Rows of a above *hub_degree
  * and rows of a_t above *hub_degree_t (each at least
  * PYGIO_ATTENTION_MIN_HUB_DEGREE, at most max_hubs / max_hubs_t of them)
- * are split over all SMs. Every output is fully overwritten. out, grad_out, grad_q, grad_k, grad_v (and grad_edge):
- * contiguous, in dtype; lse: fp32.
+ * are split over all SMs. Every output is fully overwritten. out, grad_out
+ * (and grad_edge): contiguous, in dtype; grad_q, grad_k and grad_v in
+ * dtype, laid out as q, k and v may be (any node row stride >= heads *
+ * channels: the slots of one fused projection's gradient are written in
+ * place); lse: fp32.
  */
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_transformer_backward_params) */
@@ -805,8 +813,11 @@ typedef struct {
   const float* lse;
   const void* grad_out;
   void* grad_q;            /* [num_rows, heads, channels] */
+  int64_t grad_q_row_stride;
   void* grad_k;            /* [num_cols, heads, channels] */
+  int64_t grad_k_row_stride;
   void* grad_v;            /* [num_cols, heads, channels] */
+  int64_t grad_v_row_stride;
   void* grad_edge;         /* [nnz, heads, channels]; required iff edge */
   void* workspace;         /* pygio_transformer_backward_workspace_size bytes, 16-byte aligned */
   void* stream;

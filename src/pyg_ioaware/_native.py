@@ -236,7 +236,9 @@ class Gatv2BackwardParams(ctypes.Structure):
         ("lse", ctypes.POINTER(ctypes.c_float)),
         ("grad_out", ctypes.c_void_p),
         ("grad_x_l", ctypes.c_void_p),
+        ("grad_x_l_row_stride", ctypes.c_int64),
         ("grad_x_r", ctypes.c_void_p),
+        ("grad_x_r_row_stride", ctypes.c_int64),
         ("grad_att", ctypes.POINTER(ctypes.c_float)),
         ("grad_edge", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
@@ -326,8 +328,11 @@ class TransformerBackwardParams(ctypes.Structure):
         ("lse", ctypes.POINTER(ctypes.c_float)),
         ("grad_out", ctypes.c_void_p),
         ("grad_q", ctypes.c_void_p),
+        ("grad_q_row_stride", ctypes.c_int64),
         ("grad_k", ctypes.c_void_p),
+        ("grad_k_row_stride", ctypes.c_int64),
         ("grad_v", ctypes.c_void_p),
+        ("grad_v_row_stride", ctypes.c_int64),
         ("grad_edge", ctypes.c_void_p),
         ("workspace", ctypes.c_void_p),
         ("stream", ctypes.c_void_p),
@@ -930,7 +935,8 @@ def gatv2_backward(rowptr: Tensor, col: Tensor, transpose: tuple, x_l: Tensor, x
         dropout_p=dropout_p, seed=seed, hub_degree=_int64_pointer(hub_degree),
         max_hubs=max_hubs, hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t,
         out=out.data_ptr(), lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
-        grad_x_l=grad_x_l.data_ptr(), grad_x_r=grad_x_r.data_ptr(),
+        grad_x_l=grad_x_l.data_ptr(), grad_x_l_row_stride=_node_row_stride(grad_x_l, "grad_x_l"),
+        grad_x_r=grad_x_r.data_ptr(), grad_x_r_row_stride=_node_row_stride(grad_x_r, "grad_x_r"),
         grad_att=_float_pointer(grad_att), grad_edge=pointer(grad_edge))
     size = ctypes.c_size_t()
     check(lib.pygio_gatv2_backward_workspace_size(ctypes.byref(params), ctypes.byref(size)))
@@ -995,8 +1001,11 @@ def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tenso
         a_t=_csr(rowptr_t, col_t, rowptr.numel() - 1), perm_t=perm_t.data_ptr(),
         v=v.data_ptr(), v_row_stride=_node_row_stride(v, "v"), dropout_p=dropout_p, seed=seed,
         hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
-        hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t, out=out.data_ptr(), lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
-        grad_q=grad_q.data_ptr(), grad_k=grad_k.data_ptr(), grad_v=grad_v.data_ptr(),
+        hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t, out=out.data_ptr(),
+        lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
+        grad_q=grad_q.data_ptr(), grad_q_row_stride=_node_row_stride(grad_q, "grad_q"),
+        grad_k=grad_k.data_ptr(), grad_k_row_stride=_node_row_stride(grad_k, "grad_k"),
+        grad_v=grad_v.data_ptr(), grad_v_row_stride=_node_row_stride(grad_v, "grad_v"),
         grad_edge=pointer(grad_edge))
     size = ctypes.c_size_t()
     check(lib.pygio_transformer_backward_workspace_size(ctypes.byref(params),

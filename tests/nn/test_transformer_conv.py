@@ -90,37 +90,55 @@ def test_bipartite_matches_pyg(kwargs):
 
 
 def capture_op(monkeypatch):
-    """The (q, k, v, edge) of every graph_transformer call of the layer."""
+    """(packed, q, k, v, edge) of every attention op call of the layer
+    (graph_transformer: packed None; graph_transformer_packed: k, v None)."""
     seen = []
-    op = module.graph_transformer
+    op, packed_op = module.graph_transformer, module.graph_transformer_packed
 
     def spy(graph, q, k, v, edge, *args):
-        seen.append((q, k, v, edge))
+        seen.append((None, q, k, v, edge))
         return op(graph, q, k, v, edge, *args)
 
+    def packed_spy(graph, packed, q, edge, *args):
+        seen.append((packed, q, None, None, edge))
+        return packed_op(graph, packed, q, edge, *args)
+
     monkeypatch.setattr(module, "graph_transformer", spy)
+    monkeypatch.setattr(module, "graph_transformer_packed", packed_spy)
     return seen
 
 
-def test_one_projection_read_as_strided_views(monkeypatch):
+def test_one_projection_read_in_place(monkeypatch):
     seen = capture_op(monkeypatch)
     edge_index = random_graph(40, 40, 200, seed=3)
     ours, _ = pair(8, 6, heads=3)
     ours(torch.randn(40, 8, dtype=torch.float64), edge_index)
-    (q, k, v, _), = seen
-    base = q.untyped_storage().data_ptr()
-    assert k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr() == base
-    for i, t in enumerate((q, k, v)):  # [N, 3 * H * C] read in place
-        assert t.shape == (40, 3, 6) and t.stride() == (3 * 18, 6, 1)
-        assert t.storage_offset() == i * 18
+    (packed, q, _, _, _), = seen  # query, key and value: one [N, 3 * H * C] product
+    assert q is None and packed.shape == (40, 3, 3, 6) and packed.is_contiguous()
     # Bipartite: the query alone, key and value one product of x_src.
     seen.clear()
     ours, _ = pair((8, 5), 6, heads=3)
     ours((torch.randn(40, 8, dtype=torch.float64), torch.randn(40, 5, dtype=torch.float64)),
          edge_index)
-    (q, k, v, _), = seen
-    assert q.is_contiguous() and k.stride() == v.stride() == (2 * 18, 6, 1)
-    assert k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+    (packed, q, _, _, _), = seen
+    assert q.shape == (40, 3, 6) and packed.shape == (40, 2, 3, 6) and packed.is_contiguous()
+
+
+def test_a_hooked_map_is_called_as_a_module(monkeypatch):
+    # A forward hook on one of the maps: every map runs as its own module
+    # call (PyG's order) and the hook sees it; the result is PyG's.
+    seen = capture_op(monkeypatch)
+    edge_index = random_graph(40, 40, 200, seed=5)
+    x = torch.randn(40, 8, dtype=torch.float64)
+    ours, ref = pair(8, 6, heads=3)
+    calls = []
+    for layer in (ours, ref):
+        layer.lin_key.register_forward_hook(lambda mod, inp, out: calls.append(out.shape))
+    assert_runs_match(run_attention(fused_only(ours), x, edge_index),
+                      run_attention(ref, x, edge_index), TOL, ZERO_GRADS)
+    (packed, q, k, v, _), = seen
+    assert packed is None and q.shape == k.shape == v.shape == (40, 3, 6)
+    assert calls == [(40, 18), (40, 18)]
 
 
 def test_edge_features_follow_the_csr_order(monkeypatch):
@@ -132,7 +150,7 @@ def test_edge_features_follow_the_csr_order(monkeypatch):
     graph = Graph.from_input(edge_index, 30)
     assert graph.edge_perm is not None  # random_graph is not grouped by destination
     expected = ours.lin_edge(edge_attr[graph.edge_perm.long()]).view(-1, 2, 4)
-    assert torch.equal(seen[0][3], expected)
+    assert torch.equal(seen[0][4], expected)
 
 
 def test_edge_index_kinds_and_graph_input():
@@ -221,7 +239,7 @@ def test_bf16_autocast_runs_the_projection_in_16_bit(monkeypatch):
         got = run_attention(ours, x, edge_index, edge_attr, weights=False)
         ref_bf16 = run_attention(ref, x, edge_index, edge_attr, weights=False)
     expected = run_attention(ref, x, edge_index, edge_attr, weights=False)
-    assert all(t.dtype == torch.bfloat16 for t in seen[0])
+    assert all(t.dtype == torch.bfloat16 for t in seen[0] if t is not None)
     assert got[0].dtype == ref_bf16[0].dtype
     floor = TOLERANCE[torch.bfloat16]
     assert relative_error(got[0], expected[0]) <= 2 * relative_error(ref_bf16[0],

@@ -88,6 +88,21 @@ def reference_grads(edge_index, num_dst, x_l, x_r, att, edge, grad, p=0.0, seed=
                         None if edge_leaf is None else edge_leaf.grad]
 
 
+def run_packed(graph, x_l, x_r, att, edge_csr, grad, dtype, device, p=0.0, seed=0):
+    """run_ours with x_l and x_r the slots of one tensor [N, 2, H, C] (the
+    fused projection's layout): the grads of x_l and x_r are the slots of its
+    one gradient."""
+    x_lr = torch.stack([x_l, x_r], dim=1).to(device, dtype).requires_grad_()
+    att_in = att.to(device, torch.float32 if dtype != torch.float64 else dtype,
+                    copy=True).requires_grad_()
+    edge_in = None if edge_csr is None else edge_csr.to(device, dtype, copy=True).requires_grad_()
+    out, lse = attention.graph_gatv2_packed(graph, x_lr, att_in, edge_in, SLOPE, p, seed)
+    out.backward(grad.to(device, dtype))
+    assert x_lr.grad.shape == x_lr.shape
+    return out, lse, [*x_lr.grad.unbind(1), att_in.grad,
+                      None if edge_in is None else edge_in.grad]
+
+
 # --------------------------------------------------------------------- CPU
 @pytest.mark.parametrize("edge", [False, True])
 @pytest.mark.parametrize("num_src, num_dst", [(50, 50), (37, 23)])
@@ -134,6 +149,27 @@ def test_cpu_graph_op_is_the_reference_under_autograd(p):
     assert_reference_under_autograd(
         lambda *leaves: attention.graph_gatv2(graph, *leaves, SLOPE, p, 11),
         (x_l, x_r, att, e), grad, out, lse, grads, "GATv2Function")
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_cpu_packed_projection_is_the_separate_op(p):
+    _, graph, x_l, x_r, att, e, grad = case(40, 40, 300, 3, 7, seed=9, hub=40, edge=True)
+    e = csr_order(graph, e)
+    want = run_ours(graph, x_l, x_r, att, e, grad, torch.float64, "cpu", p=p, seed=3)
+    for run_graph_op in (True, False):  # PyTorch's autograd, and GATv2Function itself
+        with torch.set_grad_enabled(True):
+            if run_graph_op:
+                got = run_packed(graph, x_l, x_r, att, e, grad, torch.float64, "cpu", p=p, seed=3)
+            else:
+                x_lr = torch.stack([x_l, x_r], dim=1).requires_grad_()
+                att_in, e_in = att.clone().requires_grad_(), e.clone().requires_grad_()
+                out, lse = GATv2Function.apply(graph, None, None, att_in, e_in, SLOPE, p, 3,
+                                               0.99, x_lr)
+                out.backward(grad)
+                got = out, lse, [*x_lr.grad.unbind(1), att_in.grad, e_in.grad]
+        assert relative_error(got[0], want[0]) < 1e-12 and torch.equal(got[1], want[1])
+        for name, a, b in zip(("x_l", "x_r", "att", "edge"), got[2], want[2]):
+            assert relative_error(a, b) < 1e-10, name
 
 
 def test_reference_is_the_custom_op_on_cpu():
@@ -265,6 +301,28 @@ def test_cuda_hubs_of_destinations_and_sources(dtype):
     for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
         assert relative_error(got.double().cpu(), want) < tol, name
     assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < tol
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize("heads, channels", [(2, 64), (3, 7)])
+def test_cuda_packed_projection_gradient_in_place(dtype, heads, channels):
+    """x_l and x_r as the slots of one [N, 2, H, C] tensor: the kernels read
+    them in place and write both gradients into the slots of one tensor
+    (strided rows, the hub accumulators' rows included)."""
+    edge_index, graph, x_l, x_r, att, e, grad = case(600, 600, 5000, heads, channels, seed=15,
+                                                     hub=3000, edge=True, device="cuda")
+    x_l, x_r, e = x_l.to(dtype).double(), x_r.to(dtype).double(), e.to(dtype).double()
+    out, _, grads = run_packed(graph, x_l, x_r, att, csr_order(graph, e), grad, dtype, "cuda",
+                               p=0.2, seed=8)
+    position = csr_positions(graph, edge_index.size(1))
+    ref, _, ref_grads = reference_grads(edge_index, 600, x_l, x_r, att, e, grad, p=0.2, seed=8,
+                                        csr_position=position)
+    assert relative_error(out.double().cpu(), ref) < 4 * TOLERANCE[dtype]
+    for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 8 * TOLERANCE[dtype], name
+    assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < \
+        8 * TOLERANCE[dtype]
 
 
 @pytest.mark.cuda

@@ -78,6 +78,23 @@ def reference_grads(edge_index, num_dst, qkv, edge, grad, p=0.0, seed=0, csr_pos
     return out, alpha, [t.grad for t in leaves] + [None if edge_leaf is None else edge_leaf.grad]
 
 
+def run_packed(graph, qkv, edge_csr, grad, dtype, device, p=0.0, seed=0):
+    """run_ours with the packed op: q, k, v the slots of one [N, 3, H, C]
+    tensor on a square graph, else q alone and k, v the slots of one
+    [N_src, 2, H, C]; the grads of the packed ones are the slots of its one
+    gradient."""
+    q, k, v = (t.to(device, dtype) for t in qkv)
+    square = q.size(0) == k.size(0)
+    packed = torch.stack([q, k, v] if square else [k, v], dim=1).requires_grad_()
+    q_in = None if square else q.clone().requires_grad_()
+    edge_in = None if edge_csr is None else edge_csr.to(device, dtype, copy=True).requires_grad_()
+    out, lse = transformer.graph_transformer_packed(graph, packed, q_in, edge_in, None, p, seed)
+    out.backward(grad.to(device, dtype))
+    slot_grads = list(packed.grad.unbind(1))
+    grads = slot_grads if square else [q_in.grad, *slot_grads]
+    return out, lse, grads + [None if edge_in is None else edge_in.grad]
+
+
 # --------------------------------------------------------------------- CPU
 @pytest.mark.parametrize("edge", [False, True])
 @pytest.mark.parametrize("num_src, num_dst", [(50, 50), (37, 23)])
@@ -126,6 +143,19 @@ def test_cpu_graph_op_is_the_reference_under_autograd(p):
     assert_reference_under_autograd(
         lambda *leaves: transformer.graph_transformer(graph, *leaves, None, p, 11),
         (*qkv, e), grad, out, lse, grads, "TransformerFunction")
+
+
+@pytest.mark.parametrize("num_src, num_dst", [(40, 40), (37, 23)])
+def test_cpu_packed_projection_is_the_separate_op(num_src, num_dst):
+    _, graph, qkv, e, grad = case(num_src, num_dst, 300, 3, 7, seed=9, hub=30, edge=True)
+    e = csr_order(graph, e)
+    want = run_ours(graph, qkv, e, grad, torch.float64, "cpu", p=0.3, seed=3)
+    got = run_packed(graph, qkv, e, grad, torch.float64, "cpu", p=0.3, seed=3)
+    assert relative_error(got[0], want[0]) < 1e-12 and torch.equal(got[1], want[1])
+    for name, a, b in zip(("q", "k", "v", "edge"), got[2], want[2]):
+        assert relative_error(a, b) < 1e-10, name
+    with pytest.raises(ValueError, match="packed"):
+        transformer.graph_transformer_packed(graph, torch.stack(qkv[1:], dim=1))
 
 
 def test_reference_is_the_custom_op_on_cpu():
@@ -248,6 +278,31 @@ def test_cuda_hubs_both_sides_index_widths_bipartite_dropout(index_dtype, dtype)
     for name, got, want in zip("qkv", grads[:3], ref_grads[:3]):
         assert relative_error(got.double().cpu(), want) < tol, name
     assert relative_error(grads[3].double().cpu(), ref_grads[3][rows]) < tol
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize("num_src, heads, channels", [(600, 4, 32), (600, 2, 47), (900, 2, 64)])
+def test_cuda_packed_projection_gradient_in_place(dtype, num_src, heads, channels):
+    """q, k, v (square) or k, v (bipartite: 900 sources) as the slots of one
+    tensor: read in place, their gradients written into its slots (strided
+    rows, the hub accumulators' rows included; hubs on both sides)."""
+    edge_index = random_graph(num_src, 600, 5000, seed=16, hub_degree=3000)
+    src_hub = torch.stack([torch.full((2500,), 7), torch.randint(0, 600, (2500,))])
+    edge_index = torch.cat([edge_index, src_hub], dim=1)
+    _, graph, qkv, e, grad = case(num_src, 600, 0, heads, channels, seed=16, edge=True,
+                                  device="cuda", edge_index=edge_index)
+    qkv = tuple(t.to(dtype).double() for t in qkv)
+    e = e.to(dtype).double()
+    out, _, grads = run_packed(graph, qkv, csr_order(graph, e), grad, dtype, "cuda", p=0.2,
+                               seed=8)
+    ref, _, ref_grads = reference_grads(edge_index, 600, qkv, e, grad, p=0.2, seed=8,
+                                        csr_position=csr_positions(graph, edge_index.size(1)))
+    assert relative_error(out.double().cpu(), ref) < 4 * TOLERANCE[dtype]
+    for name, got, want in zip("qkv", grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 8 * TOLERANCE[dtype], name
+    assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < \
+        8 * TOLERANCE[dtype]
 
 
 @pytest.mark.cuda

@@ -13,8 +13,8 @@ from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove
 from torch_geometric.utils.sparse import set_sparse_value
 
 from ..graph import Graph, prefetch
-from ..ops.attention import graph_gatv2, gatv2_weights_trusted
-from ..ops.bias_gradient import add_bias, apply_linear
+from ..ops.attention import graph_gatv2, graph_gatv2_packed, gatv2_weights_trusted
+from ..ops.bias_gradient import add_bias, apply_linear, fusable, fused_linear
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
@@ -265,11 +265,15 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         # is waited for after them: the GPU runs them while the host builds.
         prefetch(edge_index)
         res = self.res(x_dst) if self.res is not None else None
-        x_l = apply_linear(self.lin_l, x_src).view(-1, heads, channels)
-        if self.share_weights and isinstance(x, Tensor):
-            x_r = x_l
+        x_lr = None  # x_l and x_r as the slots of one product (square, two maps)
+        if isinstance(x, Tensor) and not self.share_weights and fusable((self.lin_l,
+                                                                         self.lin_r)):
+            x_lr = fused_linear(x, (self.lin_l, self.lin_r)).view(-1, 2, heads, channels)
+            x_l, x_r = x_lr.detach().unbind(1)
         else:
-            x_r = apply_linear(self.lin_r, x_dst).view(-1, heads, channels)
+            x_l = apply_linear(self.lin_l, x_src).view(-1, heads, channels)
+            x_r = x_l if self.share_weights and isinstance(x, Tensor) else \
+                apply_linear(self.lin_r, x_dst).view(-1, heads, channels)
         graph, pyg_edge_index, kept = self._attention_graph(edge_index, num_src, num_dst)
 
         edge = None
@@ -280,8 +284,12 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         dropout = self.dropout if self.training else 0.0
         seed = new_seed() if dropout > 0 else 0
         att = self.att[0]
-        out, lse = graph_gatv2(graph, x_l, x_r, att, edge, self.negative_slope, dropout, seed,
-                               self.hub_quantile)
+        if x_lr is not None:
+            out, lse = graph_gatv2_packed(graph, x_lr, att, edge, self.negative_slope, dropout,
+                                          seed, self.hub_quantile)
+        else:
+            out, lse = graph_gatv2(graph, x_l, x_r, att, edge, self.negative_slope, dropout,
+                                   seed, self.hub_quantile)
         dtype = pyg_message_dtype(x_l, att)
         out = out.to(dtype)
 

@@ -11,10 +11,11 @@ from torch_geometric.typing import (Adj, NoneType, OptTensor, PairTensor,  # noq
                                     SparseTensor)
 
 from ..graph import Graph, prefetch
-from ..ops.bias_gradient import linear
+from ..ops.bias_gradient import fusable, fused_linear
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
-from ..ops.transformer import graph_transformer, transformer_weights_trusted
+from ..ops.transformer import (graph_transformer, graph_transformer_packed,
+                               transformer_weights_trusted)
 from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
                                input_edge_index, pyg_message_dtype)
 from .fused_message_passing import FusedMessagePassing
@@ -214,11 +215,7 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         # A new graph's one read of the GPU starts before the projections and
         # is waited for after them: the GPU runs them while the host builds.
         prefetch(edge_index)
-        if isinstance(x, Tensor):
-            q, k, v = self._fused_linear(x, (self.lin_query, self.lin_key, self.lin_value))
-        else:
-            q = self.lin_query(x_dst).view(x_dst.size(0), heads, channels)
-            k, v = self._fused_linear(x_src, (self.lin_key, self.lin_value))
+        packed, q, k, v = self._projections(x, x_src, x_dst)
         graph = Graph.from_input(edge_index, (x_src.size(0), x_dst.size(0)))
 
         edge = None
@@ -228,9 +225,15 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         dropout = self.dropout if self.training else 0.0
         seed = new_seed() if dropout > 0 else 0
         scale = channels ** -0.5
-        out, lse = graph_transformer(graph, q, k, v, edge, scale, dropout, seed,
-                                     self.hub_quantile)
-        dtype = pyg_message_dtype(q)
+        if packed is not None:
+            out, lse = graph_transformer_packed(graph, packed, q, edge, scale, dropout, seed,
+                                                self.hub_quantile)
+            slots = packed.detach().unbind(1)
+            q, k = (slots[0] if q is None else q), slots[-2]
+        else:
+            out, lse = graph_transformer(graph, q, k, v, edge, scale, dropout, seed,
+                                         self.hub_quantile)
+        dtype = pyg_message_dtype(out)
         out = out.to(dtype)
 
         out = self.combine(out, x_dst)
@@ -285,15 +288,25 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         return pair
 
     @torch.jit.unused
-    def _fused_linear(self, x: Tensor, lins: Tuple[Any, ...]) -> Tuple[Tensor, ...]:
-        """Each of ``lins`` applied to ``x`` as one matrix product (weights
-        and biases concatenated): views [N, heads, channels] of its output,
-        strided by the total width."""
-        weight = torch.cat([lin.weight for lin in lins])
-        bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
-        out = linear(x, weight, bias).view(x.size(0), len(lins), self.heads,
-                                           self.out_channels)
-        return out.unbind(1)
+    def _projections(self, x: Any, x_src: Tensor,
+                     x_dst: Tensor) -> Tuple[OptTensor, OptTensor, OptTensor, OptTensor]:
+        """(packed, q, k, v), each [nodes, heads, channels]: the maps that
+        read one node tensor as one matrix product, ``packed`` [N, slots,
+        heads, channels] (query, key and value of ``x``; key and value of
+        ``x_src`` with q its own product for a bipartite input), and None for
+        what it holds; where a map needs its module call (hooks, see
+        ops.bias_gradient.plain_linear) every map is called, packed None."""
+        heads, channels = self.heads, self.out_channels
+        square = isinstance(x, Tensor)
+        lins = ((self.lin_query, self.lin_key, self.lin_value) if square
+                else (self.lin_key, self.lin_value))
+        if fusable(lins):
+            packed = fused_linear(x_src, lins).view(x_src.size(0), len(lins), heads, channels)
+            q = None if square else self.lin_query(x_dst).view(-1, heads, channels)
+            return packed, q, None, None
+        q = self.lin_query(x_dst).view(-1, heads, channels)
+        k = self.lin_key(x_src).view(-1, heads, channels)
+        return None, q, k, self.lin_value(x_src).view(-1, heads, channels)
 
     @torch.jit.unused
     def _checked_edge_attr(self, edge_attr: OptTensor, graph: Graph) -> Tensor:

@@ -45,13 +45,14 @@ from .. import _native
 from ..graph import entry_rows
 from . import checks
 from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
-                               dropout_factor, heads_readable, kernels_take, segment_lse)
+                               dropout_factor, heads_readable, kernels_take, segment_lse,
+                               slot_gradient, stack_slots)
 from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
 __all__ = ["gatv2_attention", "gatv2_attention_backward", "gatv2_attention_weights",
-           "gatv2_reference", "gatv2_backward_reference", "graph_gatv2", "GATv2Function"]
-
+           "gatv2_reference", "gatv2_backward_reference", "graph_gatv2", "graph_gatv2_packed",
+           "GATv2Function"]
 
 
 # --------------------------------------------------------------- reference
@@ -147,12 +148,15 @@ def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, s
 
 def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
                            grad_out, negative_slope, dropout_p, seed,
-                           hub_quantile=DEFAULT_HUB_QUANTILE):
+                           hub_quantile=DEFAULT_HUB_QUANTILE, grad_slots=None):
+    """The backward; ``grad_slots``: (grad_x_l, grad_x_r) to write into
+    (the slots of a packed gradient, attention_shared.slot_gradient), else
+    fresh tensors."""
     if not kernels_take(x_l):
         return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out,
                                         negative_slope, dropout_p, seed)
     x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
-    grad_x_l, grad_x_r = torch.empty_like(x_l), torch.empty_like(x_r)
+    grad_x_l, grad_x_r = grad_slots or (torch.empty_like(x_l), torch.empty_like(x_r))
     grad_att = torch.empty(att.shape, dtype=torch.float32, device=x_l.device)
     grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
     hubs = (*hub_degree(rowptr, col.numel(), hub_quantile),
@@ -304,28 +308,48 @@ class GATv2Function(torch.autograd.Function):
     """Differentiable out = GATv2 attention over ``graph`` in x_l, x_r, att
     and edge: forward saves x_l, x_r, att, edge, out and lse (O(N H C), no
     per-edge tensor); backward recomputes the scores over the graph and its
-    CSR^T. Not twice differentiable."""
+    CSR^T. Not twice differentiable.
+
+    ``x_lr`` (optional, last): x_l and x_r as slots 0 and 1 of one tensor
+    [N, 2, heads, channels] (one fused projection's output; x_l and x_r are
+    then None): its gradient is one tensor the kernels write both slots of.
+    """
 
     @staticmethod
-    def forward(ctx, graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed, hub_quantile):
+    def forward(ctx, graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed, hub_quantile,
+                x_lr=None):
+        if x_lr is not None:
+            x_l, x_r = x_lr.unbind(1)
         out, lse = gatv2_trusted(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
                                  dropout_p, seed, hub_quantile)
         ctx.graph, ctx.params = graph, (negative_slope, dropout_p, seed, hub_quantile)
         ctx.has_edge = edge is not None
         ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(x_l, x_r, att, edge, out, lse)
+        if x_lr is not None:
+            x_l = x_r = None
+        ctx.save_for_backward(x_lr, x_l, x_r, att, edge, out, lse)
         return out, lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):
-        x_l, x_r, att, edge, out, lse = ctx.saved_tensors
+        x_lr, x_l, x_r, att, edge, out, lse = ctx.saved_tensors
+        if x_lr is not None:
+            x_l, x_r = x_lr.unbind(1)
         graph, t = ctx.graph, ctx.graph.transpose
-        grad_x_l, grad_x_r, grad_att, grad_edge = gatv2_backward_trusted(
-            graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, edge, out, lse,
-            grad_out, *ctx.params)
-        return (None, grad_x_l, grad_x_r, grad_att, grad_edge if ctx.has_edge else None,
-                None, None, None, None)
+        args = (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, edge, out, lse,
+                grad_out, *ctx.params)
+        grad_x_lr = slot_gradient(x_lr)
+        if grad_x_lr is None:
+            grad_x_l, grad_x_r, grad_att, grad_edge = gatv2_backward_trusted(*args)
+        else:
+            grad_x_l, grad_x_r, grad_att, grad_edge = _gatv2_backward_kernel(
+                *args, grad_slots=grad_x_lr.unbind(1))
+        grad_edge = grad_edge if ctx.has_edge else None
+        if x_lr is not None:
+            return (None, None, None, grad_att, grad_edge, None, None, None, None,
+                    stack_slots(grad_x_lr, (grad_x_l, grad_x_r)))
+        return (None, grad_x_l, grad_x_r, grad_att, grad_edge, None, None, None, None, None)
 
 
 def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor] = None,
@@ -341,3 +365,17 @@ def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Ten
         return out, lse.detach()
     return GATv2Function.apply(graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
                                hub_quantile)
+
+
+def graph_gatv2_packed(graph, x_lr: Tensor, att: Tensor, edge: Optional[Tensor] = None,
+                       negative_slope: float = 0.2, dropout_p: float = 0.0, seed: int = 0,
+                       hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
+    """:func:`graph_gatv2` with x_l and x_r the slots of one tensor ``x_lr``
+    [N, 2, heads, channels] (a square graph's fused lin_l / lin_r output):
+    read in place, and its gradient written by the kernels as one tensor
+    (one matrix product backward instead of two and their sum)."""
+    if differentiable_by_torch(x_lr[:, 0], (x_lr, att, edge)):
+        return graph_gatv2(graph, *x_lr.unbind(1), att, edge, negative_slope, dropout_p, seed,
+                           hub_quantile)
+    return GATv2Function.apply(graph, None, None, att, edge, negative_slope, dropout_p, seed,
+                               hub_quantile, x_lr)

@@ -76,6 +76,29 @@ def heads_readable(t: Tensor) -> Tensor:
     return t.contiguous()
 
 
+def slot_gradient(packed: Optional[Tensor]) -> Optional[Tensor]:
+    """Where the backward kernels write the gradient of ``packed`` (a fused
+    projection [nodes, slots, heads, channels] whose slots are the op's
+    node inputs): a fresh tensor of its shape, each slot's gradient written
+    into its own slot in place (no stack of separate gradients, no copy).
+    None where nothing is packed, and under torch.compile, where the custom
+    ops return separate gradients (:func:`stack_slots` joins them)."""
+    if packed is None or torch.compiler.is_compiling():
+        return None
+    return torch.empty(packed.shape, dtype=packed.dtype, device=packed.device)
+
+
+def stack_slots(gradient: Optional[Tensor], slot_grads: Sequence[Tensor]) -> Tensor:
+    """The gradient of a packed input: ``gradient`` where the kernels wrote
+    the slots in place (:func:`slot_gradient`), else the slots' gradients
+    stacked (torch.compile, or the reference where the kernels do not take
+    the head size)."""
+    if gradient is not None and all(
+            g.data_ptr() == s.data_ptr() for g, s in zip(slot_grads, gradient.unbind(1))):
+        return gradient
+    return torch.stack(list(slot_grads), dim=1)
+
+
 def check_hub_quantile(hub_quantile: float, who: str) -> None:
     if not 0.0 <= hub_quantile <= 1.0:
         raise ValueError(f"{who}: hub_quantile must lie in [0, 1], got {hub_quantile}")

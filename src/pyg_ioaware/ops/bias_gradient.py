@@ -14,9 +14,10 @@ everywhere, so 16-bit gradients keep the reduction.
 Python autograd nodes they cost some host time, so they take over only on
 large fp32 CUDA outputs (:data:`MIN_GEMV_ELEMENTS`) and leave small ones,
 whose steps are bound by host time, and autocast's 16-bit ones to torch's
-ops.
+ops. :func:`fused_linear` applies several maps of one input as one such
+product.
 """
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -114,6 +115,23 @@ def plain_linear(lin: torch.nn.Module) -> bool:
     on the module, its parameters initialized (not lazy)."""
     return not (lin._forward_hooks or lin._forward_pre_hooks
                 or isinstance(lin.weight, UninitializedParameter))
+
+
+def fusable(lins: Sequence[torch.nn.Module]) -> bool:
+    """Whether :func:`fused_linear` may stand for ``lins``' own calls: each
+    :func:`plain_linear`, one output width, all with a bias or none."""
+    return (all(plain_linear(lin) for lin in lins)
+            and len({lin.weight.size(0) for lin in lins}) == 1
+            and len({lin.bias is None for lin in lins}) == 1)
+
+
+def fused_linear(x: Tensor, lins: Sequence[torch.nn.Module]) -> Tensor:
+    """[N, len(lins), out] with slot s = ``lins[s](x)`` for x [N, in]: one
+    matrix product with the maps' weights (and biases) concatenated, through
+    :func:`linear`; ``lins`` must be :func:`fusable`."""
+    weight = torch.cat([lin.weight for lin in lins])
+    bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
+    return linear(x, weight, bias).view(x.size(0), len(lins), lins[0].weight.size(0))
 
 
 def add_product(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:

@@ -53,13 +53,15 @@ from .. import _native
 from ..graph import entry_rows
 from . import checks
 from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
-                               dropout_factor, heads_readable, kernels_take, segment_lse)
+                               dropout_factor, heads_readable, kernels_take, segment_lse,
+                               slot_gradient, stack_slots)
 from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
 __all__ = ["transformer_attention", "transformer_attention_backward",
            "transformer_attention_weights", "transformer_reference",
-           "transformer_backward_reference", "graph_transformer", "TransformerFunction"]
+           "transformer_backward_reference", "graph_transformer", "graph_transformer_packed",
+           "TransformerFunction"]
 
 
 # --------------------------------------------------------------- reference
@@ -192,14 +194,16 @@ def _transformer_kernel(rowptr, col, q, k, v, edge, scale, dropout_p, seed,
 
 def _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse,
                                  grad_out, scale, dropout_p, seed,
-                                 hub_quantile=DEFAULT_HUB_QUANTILE):
+                                 hub_quantile=DEFAULT_HUB_QUANTILE, grad_slots=None):
+    """The backward; ``grad_slots``: (grad_q, grad_k, grad_v) to write into
+    (the slots of packed gradients, attention_shared.slot_gradient), else
+    fresh tensors."""
     if not kernels_take(q):
         return transformer_backward_reference(rowptr, col, q, k, v, edge, out, lse, grad_out,
                                               scale, dropout_p, seed)
     q, k, v, edge = heads_readable(q), heads_readable(k), heads_readable(v), _edge_readable(edge)
-    grad_q = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    grad_k = torch.empty(k.shape, dtype=q.dtype, device=q.device)
-    grad_v = torch.empty(v.shape, dtype=q.dtype, device=q.device)
+    grad_q, grad_k, grad_v = grad_slots or (
+        torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
     grad_edge = torch.empty_like(edge) if edge is not None else q.new_empty(0)
     hubs = (*hub_degree(rowptr, col.numel(), hub_quantile),
             *hub_degree(rowptr_t, col_t.numel(), hub_quantile))
@@ -303,32 +307,66 @@ transformer_weights_trusted = eager_or_op(_transformer_weights_kernel,
                                           transformer_attention_weights)
 
 
+def _unpack(q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor],
+            packed: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    """(q, k, v), the packed ones read from the slots of ``packed`` (v last,
+    k before it, q first where it has three slots)."""
+    if packed is None:
+        return q, k, v
+    slots = packed.unbind(1)
+    return (slots[0] if len(slots) == 3 else q), slots[-2], slots[-1]
+
+
 class TransformerFunction(torch.autograd.Function):
     """Differentiable out = graph-transformer attention over ``graph`` in q,
     k, v and edge: forward saves q, k, v, edge, out and lse (O(N H C), no
     per-edge tensor); backward recomputes the scores over the graph and its
-    CSR^T. Not twice differentiable."""
+    CSR^T. Not twice differentiable.
+
+    ``packed`` (optional, last): k and v (and q where it has three slots) as
+    the slots of one tensor [N, 2 or 3, heads, channels] (one fused
+    projection's output; the packed ones are then None): its gradient is one
+    tensor the kernels write every slot of.
+    """
 
     @staticmethod
-    def forward(ctx, graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile):
+    def forward(ctx, graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile, packed=None):
+        q_in = q
+        q, k, v = _unpack(q, k, v, packed)
         out, lse = transformer_trusted(graph.rowptr, graph.col, q, k, v, edge, scale, dropout_p,
                                        seed, hub_quantile)
         ctx.graph, ctx.params = graph, (scale, dropout_p, seed, hub_quantile)
         ctx.has_edge = edge is not None
         ctx.mark_non_differentiable(lse)
-        ctx.save_for_backward(q, k, v, edge, out, lse)
+        if packed is not None:
+            q, k, v = q_in, None, None
+        ctx.save_for_backward(packed, q, k, v, edge, out, lse)
         return out, lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):
-        q, k, v, edge, out, lse = ctx.saved_tensors
+        packed, q, k, v, edge, out, lse = ctx.saved_tensors
+        q, k, v = _unpack(q, k, v, packed)
         graph, t = ctx.graph, ctx.graph.transpose
-        grad_q, grad_k, grad_v, grad_edge = transformer_backward_trusted(
-            graph.rowptr, graph.col, t.rowptr, t.col, t.perm, q, k, v, edge, out, lse, grad_out,
-            *ctx.params)
-        return (None, grad_q, grad_k, grad_v, grad_edge if ctx.has_edge else None,
-                None, None, None, None)
+        args = (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, q, k, v, edge, out, lse,
+                grad_out, *ctx.params)
+        grad_packed = slot_gradient(packed)
+        if grad_packed is None:
+            grads = transformer_backward_trusted(*args)
+        else:
+            slots = grad_packed.unbind(1)
+            into = slots if len(slots) == 3 else (torch.empty(q.shape, dtype=q.dtype,
+                                                              device=q.device), *slots)
+            grads = _transformer_backward_kernel(*args, grad_slots=into)
+        grad_q, grad_k, grad_v, grad_edge = grads
+        grad_edge = grad_edge if ctx.has_edge else None
+        if packed is None:
+            return (None, grad_q, grad_k, grad_v, grad_edge, None, None, None, None, None)
+        slot_grads = (grad_q, grad_k, grad_v) if packed.size(1) == 3 else (grad_k, grad_v)
+        grad_packed = stack_slots(grad_packed, slot_grads)
+        return (None, None if packed.size(1) == 3 else grad_q, None, None, grad_edge,
+                None, None, None, None, grad_packed)
 
 
 def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Tensor] = None,
@@ -346,3 +384,26 @@ def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Ten
                                          dropout_p, seed)
         return out, lse.detach()
     return TransformerFunction.apply(graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile)
+
+
+def graph_transformer_packed(graph, packed: Tensor, q: Optional[Tensor] = None,
+                             edge: Optional[Tensor] = None, scale: Optional[float] = None,
+                             dropout_p: float = 0.0, seed: int = 0,
+                             hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
+    """:func:`graph_transformer` with k and v the last two slots of one
+    tensor ``packed`` [N, slots, heads, channels] (a fused projection's
+    output), and q its first slot where there are three (a square graph;
+    else ``q`` is given, a bipartite graph's destinations): read in place,
+    and the packed gradient written by the kernels as one tensor (no stack
+    of separate gradients)."""
+    if packed.dim() != 4 or packed.size(1) != (2 if q is not None else 3):
+        raise ValueError(f"graph_transformer_packed: expected packed [N, 3, heads, channels] "
+                         f"(q, k, v) or [N, 2, heads, channels] (k, v) with q given, got "
+                         f"{tuple(packed.shape)} with q {'given' if q is not None else 'None'}")
+    if scale is None:
+        scale = packed.size(3) ** -0.5
+    q, k, v = _unpack(q, None, None, packed)
+    if differentiable_by_torch(q, (q, packed, edge)):
+        return graph_transformer(graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile)
+    return TransformerFunction.apply(graph, None if packed.size(1) == 3 else q, None, None, edge,
+                                     scale, dropout_p, seed, hub_quantile, packed)
