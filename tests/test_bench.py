@@ -576,11 +576,11 @@ def test_attention_bytes_models():
     assert attention.forward_bytes(nnz, n, h, d, s) == 12 * 32 + 2 * 5 * 32 + 5 * 2 * 4 == 744
     # weights: x_l per entry, x_r and lse per destination, alpha fp32 per entry and head.
     assert attention.weights_bytes(nnz, n, h, d, s) == 12 * 32 + 5 * 32 + 40 + 12 * 2 * 4
-    # bwd: 3 rows per entry, x_l + grad_x_l per source, x_r + grad_out + out + grad_x_r
-    # per destination, lse.
+    # bwd: 3 rows per entry, x_l + grad_x_l per source, x_r + grad_out + grad_x_r per
+    # destination (G from the entries: out is not read), lse.
     assert attention.backward_bytes(nnz, 6, n, h, d, s) == 3 * 12 * 32 + 2 * 6 * 32 + \
-        4 * 5 * 32 + 40
-    assert attention.backward_bytes(nnz, n, n, h, d, 2) == (36 + 10 + 20) * 16 + 40  # bf16
+        3 * 5 * 32 + 40
+    assert attention.backward_bytes(nnz, n, n, h, d, 2) == (36 + 10 + 15) * 16 + 40  # bf16
 
 
 def test_gatv2_kernels_alone_on_a_toy_graph(monkeypatch):

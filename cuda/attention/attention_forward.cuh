@@ -82,16 +82,27 @@ __device__ __forceinline__ SoftmaxState<Traits::kElems> attend(const P& p, const
   return state;
 }
 
-// out[row, h] = acc / l (0 for an empty row) from the head's slot 0; lse
-// from its lane 0.
+// The fp32 [heads, channels] bias added to every output row, or NULL: the
+// GATv2 layer's own (folded into the output pass); none for the transformer.
+__device__ __forceinline__ const float* out_bias(const pygio_gatv2_params& p) {
+  return p.out_bias;
+}
+__device__ __forceinline__ const float* out_bias(const pygio_transformer_params&) {
+  return nullptr;
+}
+
+// out[row, h] = acc / l (0 for an empty row) + out_bias[h] from the head's
+// slot 0; lse from its lane 0.
 template <typename Traits, typename P>
 __device__ __forceinline__ void write_row(const P& p, const GatShape& s, int lane, int64_t row,
                                           int64_t h, SoftmaxState<Traits::kElems>& state) {
   using scalar_t = typename Traits::scalar_t;
   if (s.slot(lane) != 0) return;
   const float inv = state.l > 0.f ? 1.f / state.l : 0.f;
+  float bias[Traits::kElems] = {};
+  if (const float* b = out_bias(p)) load_att<Traits>(b + h * s.channels, s, lane, bias);
 #pragma unroll
-  for (int k = 0; k < Traits::kElems; ++k) state.acc[k] *= inv;
+  for (int k = 0; k < Traits::kElems; ++k) state.acc[k] = state.acc[k] * inv + bias[k];
   store_slice<Traits>(static_cast<scalar_t*>(p.out) + row * s.width() + h * s.channels, s, lane,
                       state.acc);
   if (s.layout.lane_in_group(lane) == 0) p.lse[row * s.heads + h] = state.lse();
@@ -146,7 +157,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Family::template min
 
 // A warp per (hub, head) merges the hub's chunk states:
 //   m = max_k m_k, l = sum_k l_k exp(m_k - m), out = sum_k acc_k exp(m_k - m) / l,
-//   lse = m + log(l).
+//   lse = m + log(l); out_bias added.
 template <typename scalar_t, typename index_t, typename P>
 __global__ void attention_hub_finish_kernel(const __grid_constant__ P p, GatShape s,
                                             GatHubs hubs) {
@@ -174,6 +185,7 @@ __global__ void attention_hub_finish_kernel(const __grid_constant__ P p, GatShap
     }
     for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
       l += __shfl_xor_sync(0xffffffffu, l, offset);
+    const float* bias = out_bias(p);
     for (int64_t c = lane; c < s.channels; c += kWarpSize) {
       float acc = 0.f;
       for (int64_t k = 0; k < chunks; ++k) {
@@ -181,7 +193,7 @@ __global__ void attention_hub_finish_kernel(const __grid_constant__ P p, GatShap
         acc += hubs.partial[state * s.channels + c] * expf(hubs.stats[2 * state] - m);
       }
       static_cast<scalar_t*>(p.out)[hub.row * s.width() + h * s.channels + c] =
-          DTypeTraits<scalar_t>::store(acc / l);
+          DTypeTraits<scalar_t>::store(acc / l + (bias ? bias[h * s.channels + c] : 0.f));
     }
     if (lane == 0) p.lse[hub.row * s.heads + h] = m + logf(l);
   }

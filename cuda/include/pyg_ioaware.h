@@ -574,10 +574,11 @@ PYGIO_API int pygio_csr_transpose(const pygio_csr_transpose_params* params);
  *   lse[i,h]  = log sum_{e in row i} exp(s[e,h])      (-inf for an empty row)
  *   alpha[e,h] = exp(s[e,h] - lse[i,h])
  *   out[i,h,:] = sum_{e in row i} keep(e,h) / (1 - p) * alpha[e,h] * x_l[j,h,:]
+ *                (+ out_bias[h,:])
  * keep(e,h) = pygio::dropout_keep(seed, e, h, p) (common/dropout.cuh; e the
  * CSR position), every entry kept where dropout_p = 0. An empty row gives
- * out = 0. Nothing per entry is written: one pass over each row with an
- * online softmax, fp32 statistics and accumulators.
+ * out = 0 (+ out_bias). Nothing per entry is written: one pass over each
+ * row with an online softmax, fp32 statistics and accumulators.
  *
  * x_l [num_cols, heads, channels] and x_r [num_rows, heads, channels]: head
  * stride = channels, inner stride 1, node row stride >= heads * channels
@@ -611,6 +612,7 @@ typedef struct {
   uint64_t seed;
   const int64_t* hub_degree;  /* device scalar, or NULL: no row is split */
   int64_t max_hubs;        /* hub slots of the workspace (0 with hub_degree NULL) */
+  const float* out_bias;   /* [heads, channels] fp32 added to every row of out, or NULL */
   void* out;
   float* lse;
   void* workspace;         /* pygio_gatv2_workspace_size bytes, 16-byte aligned */
@@ -623,8 +625,8 @@ PYGIO_API int pygio_gatv2_workspace_size(const pygio_gatv2_params* params, size_
 PYGIO_API int pygio_gatv2(const pygio_gatv2_params* params);
 
 /*
- * Gradients of pygio_gatv2 given grad_out = dL/d out (out and lse the
- * forward's, every other input as there):
+ * Gradients of pygio_gatv2 given grad_out = dL/d out (lse the forward's,
+ * every other input as there; the forward's out is not needed):
  *   G[i,h]      = <grad_out[i,h,:], out[i,h,:]>
  *   dalpha[e,h] = keep(e,h) / (1 - p) * <grad_out[i,h,:], x_l[j,h,:]>
  *   ds[e,h]     = alpha[e,h] * (dalpha[e,h] - G[i,h])
@@ -640,7 +642,7 @@ PYGIO_API int pygio_gatv2(const pygio_gatv2_params* params);
  * and the dropout counter); scores are recomputed from lse, nothing per
  * entry is stored between the passes. G is summed in fp32 from the
  * entries (sum_e alpha f <grad_out, x_l[j]>, equal to <grad_out, out> but
- * free of out's rounding): out is not read and may be NULL. Rows of a above
+ * free of out's rounding), so out need not be kept. Rows of a above
  * *hub_degree and rows of a_t above *hub_degree_t (each at least
  * PYGIO_ATTENTION_MIN_HUB_DEGREE, at most max_hubs / max_hubs_t) are split
  * over all SMs. Every output is fully overwritten. grad_out (and
@@ -671,7 +673,6 @@ typedef struct {
   int64_t max_hubs;
   const int64_t* hub_degree_t;  /* rows of a_t */
   int64_t max_hubs_t;
-  const void* out;
   const float* lse;
   const void* grad_out;
   void* grad_x_l;          /* [num_cols, heads, channels] */

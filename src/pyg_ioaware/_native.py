@@ -200,6 +200,7 @@ class Gatv2Params(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("hub_degree", ctypes.POINTER(ctypes.c_int64)),
         ("max_hubs", ctypes.c_int64),
+        ("out_bias", ctypes.POINTER(ctypes.c_float)),
         ("out", ctypes.c_void_p),
         ("lse", ctypes.POINTER(ctypes.c_float)),
         ("workspace", ctypes.c_void_p),
@@ -232,7 +233,6 @@ class Gatv2BackwardParams(ctypes.Structure):
         ("max_hubs", ctypes.c_int64),
         ("hub_degree_t", ctypes.POINTER(ctypes.c_int64)),
         ("max_hubs_t", ctypes.c_int64),
-        ("out", ctypes.c_void_p),
         ("lse", ctypes.POINTER(ctypes.c_float)),
         ("grad_out", ctypes.c_void_p),
         ("grad_x_l", ctypes.c_void_p),
@@ -901,14 +901,17 @@ def _gatv2_inputs(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor,
 
 def gatv2(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[Tensor],
           att: Tensor, negative_slope: float, dropout_p: float, seed: int,
-          hub_degree: Optional[Tensor], max_hubs: int, out: Tensor, lse: Tensor) -> None:
+          hub_degree: Optional[Tensor], max_hubs: int, out_bias: Optional[Tensor], out: Tensor,
+          lse: Tensor) -> None:
     """Enqueues out and lse = GATv2 attention over the CSR (rowptr, col) on
-    torch's current stream (contract: pygio_gatv2 in pyg_ioaware.h)."""
+    torch's current stream (contract: pygio_gatv2 in pyg_ioaware.h);
+    ``out_bias``: fp32 [heads, channels] contiguous or None."""
     lib = library()
     params = Gatv2Params(struct_size=ctypes.sizeof(Gatv2Params),
                          **_gatv2_inputs(rowptr, col, x_l, x_r, edge, att, negative_slope),
                          dropout_p=dropout_p, seed=seed, hub_degree=_int64_pointer(hub_degree),
-                         max_hubs=max_hubs, out=out.data_ptr(), lse=_float_pointer(lse))
+                         max_hubs=max_hubs, out_bias=_float_pointer(out_bias),
+                         out=out.data_ptr(), lse=_float_pointer(lse))
     size = ctypes.c_size_t()
     check(lib.pygio_gatv2_workspace_size(ctypes.byref(params), ctypes.byref(size)))
     workspace = _workspace(size, x_l.device)
@@ -918,8 +921,8 @@ def gatv2(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[
 
 def gatv2_backward(rowptr: Tensor, col: Tensor, transpose: tuple, x_l: Tensor, x_r: Tensor,
                    edge: Optional[Tensor], att: Tensor, negative_slope: float,
-                   dropout_p: float, seed: int, hubs: tuple, out: Tensor, lse: Tensor,
-                   grad_out: Tensor, grad_x_l: Tensor, grad_x_r: Tensor, grad_att: Tensor,
+                   dropout_p: float, seed: int, hubs: tuple, lse: Tensor, grad_out: Tensor,
+                   grad_x_l: Tensor, grad_x_r: Tensor, grad_att: Tensor,
                    grad_edge: Optional[Tensor]) -> None:
     """Enqueues the gradients of :func:`gatv2` on torch's current stream
     (contract: pygio_gatv2_backward): ``transpose`` = (rowptr_t, col_t,
@@ -934,7 +937,7 @@ def gatv2_backward(rowptr: Tensor, col: Tensor, transpose: tuple, x_l: Tensor, x
         a_t=_csr(rowptr_t, col_t, rowptr.numel() - 1), perm_t=perm_t.data_ptr(),
         dropout_p=dropout_p, seed=seed, hub_degree=_int64_pointer(hub_degree),
         max_hubs=max_hubs, hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t,
-        out=out.data_ptr(), lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
+        lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
         grad_x_l=grad_x_l.data_ptr(), grad_x_l_row_stride=_node_row_stride(grad_x_l, "grad_x_l"),
         grad_x_r=grad_x_r.data_ptr(), grad_x_r_row_stride=_node_row_stride(grad_x_r, "grad_x_r"),
         grad_att=_float_pointer(grad_att), grad_edge=pointer(grad_edge))

@@ -88,19 +88,23 @@ def reference_grads(edge_index, num_dst, x_l, x_r, att, edge, grad, p=0.0, seed=
                         None if edge_leaf is None else edge_leaf.grad]
 
 
-def run_packed(graph, x_l, x_r, att, edge_csr, grad, dtype, device, p=0.0, seed=0):
+def run_packed(graph, x_l, x_r, att, edge_csr, grad, dtype, device, p=0.0, seed=0, bias=None):
     """run_ours with x_l and x_r the slots of one tensor [N, 2, H, C] (the
-    fused projection's layout): the grads of x_l and x_r are the slots of its
-    one gradient."""
+    fused projection's layout; the grads of x_l and x_r are the slots of its
+    one gradient) and an out_bias [H, C] (fp32 beside 16-bit features, as a
+    layer's parameter) whose grad comes last."""
+    param_dtype = torch.float32 if dtype != torch.float64 else dtype
     x_lr = torch.stack([x_l, x_r], dim=1).to(device, dtype).requires_grad_()
-    att_in = att.to(device, torch.float32 if dtype != torch.float64 else dtype,
-                    copy=True).requires_grad_()
+    att_in = att.to(device, param_dtype, copy=True).requires_grad_()
     edge_in = None if edge_csr is None else edge_csr.to(device, dtype, copy=True).requires_grad_()
-    out, lse = attention.graph_gatv2_packed(graph, x_lr, att_in, edge_in, SLOPE, p, seed)
+    bias_in = None if bias is None else bias.to(device, param_dtype, copy=True).requires_grad_()
+    out, lse = attention.graph_gatv2_packed(graph, x_lr, att_in, edge_in, SLOPE, p, seed,
+                                            out_bias=bias_in)
     out.backward(grad.to(device, dtype))
     assert x_lr.grad.shape == x_lr.shape
     return out, lse, [*x_lr.grad.unbind(1), att_in.grad,
-                      None if edge_in is None else edge_in.grad]
+                      None if edge_in is None else edge_in.grad,
+                      None if bias_in is None else bias_in.grad]
 
 
 # --------------------------------------------------------------------- CPU
@@ -172,6 +176,26 @@ def test_cpu_packed_projection_is_the_separate_op(p):
             assert relative_error(a, b) < 1e-10, name
 
 
+def test_cpu_out_bias_is_added_to_every_row():
+    _, graph, x_l, x_r, att, _, grad = case(40, 40, 300, 3, 7, seed=10, hub=40)
+    bias = torch.randn(3, 7, dtype=torch.float64)
+    want_out, want_lse, want = run_ours(graph, x_l, x_r, att, None, grad, torch.float64, "cpu")
+    got_out, got_lse, got = run_packed(graph, x_l, x_r, att, None, grad, torch.float64, "cpu",
+                                       bias=bias)
+    empty = graph.in_degree == 0
+    assert empty.any() and torch.equal(got_out[empty], bias.expand(int(empty.sum()), 3, 7))
+    assert relative_error(got_out, want_out + bias) < 1e-12 and torch.equal(got_lse, want_lse)
+    for name, a, b in zip(("x_l", "x_r", "att"), got[:3], want[:3]):
+        assert relative_error(a, b) < 1e-10, name
+    assert relative_error(got[4], grad.sum(0)) < 1e-12
+    out, _ = attention.gatv2_attention(graph.rowptr, graph.col, x_l, x_r, att, None, SLOPE, 0.0,
+                                       0, 0.99, bias)
+    assert relative_error(out, want_out + bias) < 1e-12
+    with pytest.raises(ValueError, match="out_bias must be"):
+        attention.gatv2_attention(graph.rowptr, graph.col, x_l, x_r, att, None, SLOPE, 0.0, 0,
+                                  0.99, bias[:, :3])
+
+
 def test_reference_is_the_custom_op_on_cpu():
     _, graph, x_l, x_r, att, e, _ = case(30, 30, 200, 2, 4, seed=5, edge=True)
     e = csr_order(graph, e)
@@ -186,11 +210,14 @@ def test_opcheck_cpu():
     e = csr_order(graph, e)
     torch.library.opcheck(torch.ops.pyg_ioaware.gatv2_attention,
                           (graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE, 0.3, 7, 0.99))
-    out, lse = attention.gatv2_attention(graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE, 0.3, 7)
+    torch.library.opcheck(torch.ops.pyg_ioaware.gatv2_attention,
+                          (graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE, 0.0, 0, 0.99,
+                           torch.randn(2, 3, dtype=torch.float64)))
+    _, lse = attention.gatv2_attention(graph.rowptr, graph.col, x_l, x_r, att, e, SLOPE, 0.3, 7)
     t = graph.transpose
     torch.library.opcheck(torch.ops.pyg_ioaware.gatv2_attention_backward,
                           (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, e,
-                           out, lse, grad, SLOPE, 0.3, 7))
+                           lse, grad, SLOPE, 0.3, 7))
 
 
 def test_bad_inputs_raise_before_any_kernel():
@@ -309,16 +336,19 @@ def test_cuda_hubs_of_destinations_and_sources(dtype):
 def test_cuda_packed_projection_gradient_in_place(dtype, heads, channels):
     """x_l and x_r as the slots of one [N, 2, H, C] tensor: the kernels read
     them in place and write both gradients into the slots of one tensor
-    (strided rows, the hub accumulators' rows included)."""
+    (strided rows, the hub accumulators' rows included); out_bias added in
+    the output pass (rows and hubs)."""
     edge_index, graph, x_l, x_r, att, e, grad = case(600, 600, 5000, heads, channels, seed=15,
                                                      hub=3000, edge=True, device="cuda")
     x_l, x_r, e = x_l.to(dtype).double(), x_r.to(dtype).double(), e.to(dtype).double()
+    bias = torch.randn(heads, channels, dtype=torch.float64)  # out_bias, hub rows included
     out, _, grads = run_packed(graph, x_l, x_r, att, csr_order(graph, e), grad, dtype, "cuda",
-                               p=0.2, seed=8)
+                               p=0.2, seed=8, bias=bias)
     position = csr_positions(graph, edge_index.size(1))
     ref, _, ref_grads = reference_grads(edge_index, 600, x_l, x_r, att, e, grad, p=0.2, seed=8,
                                         csr_position=position)
-    assert relative_error(out.double().cpu(), ref) < 4 * TOLERANCE[dtype]
+    assert relative_error(out.double().cpu(), ref + bias.float().double()) < 4 * TOLERANCE[dtype]
+    assert relative_error(grads[4].double().cpu(), grad.to(dtype).double().sum(0)) < 1e-5
     for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
         assert relative_error(got.double().cpu(), want) < 8 * TOLERANCE[dtype], name
     assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < \

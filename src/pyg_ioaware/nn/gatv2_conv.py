@@ -57,10 +57,15 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
     and are regenerated in backward. Self loops (PyG's remove-then-add, one
     per node below min(num_src, num_dst)) are built once per graph and
     cached with it. The linear maps are plain torch (16-bit under
-    autocast). With ``edge_dim`` the projected edge features [E, heads *
-    channels] are one tensor (lin_edge's output); ``return_attention_weights``
-    computes the weights [E, heads] on request from the saved log-sum-exp
-    (they carry no gradient).
+    autocast); for one node tensor ``lin_l`` and ``lin_r`` are one matrix
+    product ([N, 2 * heads * channels], read in place by the kernels, its
+    gradient written by them as one tensor). The bias is added in the
+    kernels' output pass where no cast and no residual come first (else
+    after, with the cast to PyG's dtype inside the add under autocast).
+    With ``edge_dim`` the projected edge features [E, heads * channels] are
+    one tensor (lin_edge's output); ``return_attention_weights`` computes
+    the weights [E, heads] on request from the saved log-sum-exp (they
+    carry no gradient).
 
     **What takes PyG's path** (PyG's own ``forward``): explain masks,
     propagate / edge-update hooks, ``decomposed_layers > 1``, a subclass
@@ -284,25 +289,27 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         dropout = self.dropout if self.training else 0.0
         seed = new_seed() if dropout > 0 else 0
         att = self.att[0]
+        dtype = pyg_message_dtype(x_l, att)
+        out_bias = self._folded_bias(x_l.dtype == dtype and res is None)
         if x_lr is not None:
             out, lse = graph_gatv2_packed(graph, x_lr, att, edge, self.negative_slope, dropout,
-                                          seed, self.hub_quantile)
+                                          seed, self.hub_quantile, out_bias)
         else:
             out, lse = graph_gatv2(graph, x_l, x_r, att, edge, self.negative_slope, dropout,
-                                   seed, self.hub_quantile)
-        dtype = pyg_message_dtype(x_l, att)
-        # Heads concatenated with a bias and no residual: the bias add
-        # promotes the kernels' (16-bit) output to PyG's dtype itself, one
-        # pass instead of a cast and an add, the same values.
-        if not (self.concat and res is None and self.bias is not None
-                and torch.promote_types(out.dtype, self.bias.dtype) == dtype):
+                                   seed, self.hub_quantile, out_bias)
+        bias = self.bias if out_bias is None else None  # still to add
+        # Heads concatenated with a bias still to add and no residual: the
+        # add promotes the kernels' (16-bit) output to PyG's dtype itself,
+        # one pass instead of a cast and an add, the same values.
+        if not (self.concat and res is None and bias is not None
+                and torch.promote_types(out.dtype, bias.dtype) == dtype):
             out = out.to(dtype)
 
         out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
-        if self.bias is not None:
-            out = add_bias(out, self.bias)
+        if bias is not None:
+            out = add_bias(out, bias)
         if not return_attention_weights:
             return out
         alpha = gatv2_weights_trusted(graph.rowptr, graph.col, x_l.detach(), x_r.detach(),
@@ -311,6 +318,19 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         return out, (pyg_edge_index, in_input_order(alpha, graph))
 
     # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _folded_bias(self, foldable: bool) -> Optional[Tensor]:
+        """The bias as the attention op's out_bias [heads, channels] (added
+        in the kernels' output pass: no add of its own), where ``foldable``
+        (the output needs no cast and no residual comes before the bias);
+        repeated over the heads without ``concat`` (the mean of out_h + b is
+        the mean plus b). None: the bias is added after, as PyG does."""
+        if self.bias is None or not foldable:
+            return None
+        heads, channels = self.heads, self.out_channels
+        return (self.bias.view(heads, channels) if self.concat
+                else self.bias.expand(heads, channels))
+
     @torch.jit.unused
     def _pyg_path_reason(self, x: Any, edge_index: Any, edge_attr: Any,
                          return_attention_weights: Any) -> Optional[str]:

@@ -5,20 +5,22 @@ For destination i, head h and each entry e = (j -> i) of row i::
 
     s[e,h]     = att[h] . leaky_relu(x_l[j,h] + x_r[i,h] (+ edge[e,h]), negative_slope)
     lse[i,h]   = log sum_e exp(s[e,h])                  (-inf without entries)
-    out[i,h]   = sum_e keep(e,h) / (1 - p) * exp(s[e,h] - lse[i,h]) * x_l[j,h]
+    out[i,h]   = sum_e keep(e,h) / (1 - p) * exp(s[e,h] - lse[i,h]) * x_l[j,h] (+ out_bias[h])
 
 keep is the counter-based dropout mask of :mod:`.dropout` (e the CSR
 position), all kept for p = 0. Custom ops:
 
 ``pyg_ioaware::gatv2_attention(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
-seed, hub_quantile) -> (out, lse)``: x_l [N_src, H, C], x_r [N_dst, H, C], att
-[H, C], edge [nnz, H, C] in CSR order or None; out in x's dtype, lse fp32
-(float64 for float64 inputs).
+seed, hub_quantile, out_bias) -> (out, lse)``: x_l [N_src, H, C], x_r [N_dst, H, C], att
+[H, C], edge [nnz, H, C] in CSR order or None, out_bias [H, C] or None (a layer's
+bias, added in the output pass); out in x's dtype, lse fp32 (float64 for float64
+inputs).
 
 ``pyg_ioaware::gatv2_attention_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att,
-edge, out, lse, grad_out, negative_slope, dropout_p, seed, hub_quantile) -> (grad_x_l,
+edge, lse, grad_out, negative_slope, dropout_p, seed, hub_quantile) -> (grad_x_l,
 grad_x_r, grad_att, grad_edge)``: the gradients from lse and grad_out (scores
-recomputed; the kernels do not read out); grad_edge is empty without edge.
+recomputed, G = <grad_out, out> summed from the entries: the forward's out
+is not kept); grad_edge is empty without edge.
 Rows of the CSR and of the CSR^T above the hub_quantile degree quantile
 (:mod:`.hubs`) are split over all SMs by the kernels.
 
@@ -47,6 +49,7 @@ from . import checks
 from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
                                dropout_factor, heads_readable, kernels_take, segment_lse,
                                slot_gradient, stack_slots)
+from .bias_gradient import column_sums
 from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
 
@@ -75,7 +78,7 @@ def _scores(z: Tensor, att: Tensor, negative_slope: float) -> Tensor:
 
 def gatv2_reference(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
                     edge: Optional[Tensor], negative_slope: float, dropout_p: float = 0.0,
-                    seed: int = 0) -> Tuple[Tensor, Tensor]:
+                    seed: int = 0, out_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(out, lse) of the module docstring in plain torch, differentiable
     (the CPU path and the oracle of the kernels); per-edge tensors."""
     num_rows = rowptr.numel() - 1
@@ -88,12 +91,14 @@ def gatv2_reference(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: 
         alpha = alpha * factor
     out = torch.zeros(num_rows, *x_l.shape[1:], dtype=x_j.dtype, device=x_l.device)
     out = out.index_add(0, row, alpha.unsqueeze(-1) * x_j)
+    if out_bias is not None:
+        out = out + out_bias.to(out.dtype)
     return out.to(x_l.dtype), lse
 
 
 # ------------------------------------------------------------------ checks
 def _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
-                   who="pyg_ioaware::gatv2_attention") -> None:
+                   who="pyg_ioaware::gatv2_attention", out_bias=None) -> None:
     checks.csr_structure(rowptr, col, who)
     for name, t in (("x_l", x_l), ("x_r", x_r)):
         if not isinstance(t, Tensor) or t.dim() != 3 or t.dtype not in FEATURE_DTYPES:
@@ -107,10 +112,12 @@ def _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
     if x_r.size(0) != rowptr.numel() - 1:
         raise ValueError(f"{who}: x_r has {x_r.size(0)} rows, the graph {rowptr.numel() - 1} "
                          f"destinations")
-    if not isinstance(att, Tensor) or att.shape != x_l.shape[1:] or not att.is_floating_point() \
-            or att.device != rowptr.device:
-        raise ValueError(f"{who}: att must be a floating [heads, channels] = "
-                         f"{tuple(x_l.shape[1:])} tensor on {rowptr.device}")
+    for name, t in (("att", att), ("out_bias", out_bias)):
+        if (t is not None or name == "att") and (
+                not isinstance(t, Tensor) or t.shape != x_l.shape[1:]
+                or not t.is_floating_point() or t.device != rowptr.device):
+            raise ValueError(f"{who}: {name} must be a floating [heads, channels] = "
+                             f"{tuple(x_l.shape[1:])} tensor on {rowptr.device}")
     if edge is not None and (not isinstance(edge, Tensor) or edge.dtype != x_l.dtype
                              or edge.shape != (col.numel(), *x_l.shape[1:])
                              or edge.device != rowptr.device):
@@ -131,29 +138,31 @@ def _kernel_inputs(x_l, x_r, edge, att):
 
 # ----------------------------------------------------------------- kernels
 def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
-                  hub_quantile) -> Tuple[Tensor, Tensor]:
+                  hub_quantile, out_bias=None) -> Tuple[Tensor, Tensor]:
     if not kernels_take(x_l):
         return gatv2_reference(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
-                               seed)
+                               seed, out_bias)
     x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
+    bias32 = None if out_bias is None else out_bias.to(torch.float32).contiguous()
     num_rows, heads, channels = rowptr.numel() - 1, x_l.size(1), x_l.size(2)
     out = torch.empty(num_rows, heads, channels, dtype=x_l.dtype, device=x_l.device)
     lse = torch.empty(num_rows, heads, dtype=torch.float32, device=x_l.device)
     if num_rows == 0:
         return out, lse
     degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
-    _native.gatv2(rowptr, col, x_l, x_r, edge, att32, float(negative_slope), float(dropout_p), int(seed), degree, max_hubs, out, lse)
+    _native.gatv2(rowptr, col, x_l, x_r, edge, att32, float(negative_slope), float(dropout_p),
+                  int(seed), degree, max_hubs, bias32, out, lse)
     return out, lse
 
 
-def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
+def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, lse,
                            grad_out, negative_slope, dropout_p, seed,
                            hub_quantile=DEFAULT_HUB_QUANTILE, grad_slots=None):
     """The backward; ``grad_slots``: (grad_x_l, grad_x_r) to write into
     (the slots of a packed gradient, attention_shared.slot_gradient), else
     fresh tensors."""
     if not kernels_take(x_l):
-        return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out,
+        return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, grad_out,
                                         negative_slope, dropout_p, seed)
     x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
     grad_x_l, grad_x_r = grad_slots or (torch.empty_like(x_l), torch.empty_like(x_r))
@@ -163,18 +172,20 @@ def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, 
             *hub_degree(rowptr_t, col_t.numel(), hub_quantile))
     _native.gatv2_backward(rowptr, col, (rowptr_t, col_t, perm_t), x_l, x_r, edge, att32,
                            float(negative_slope), float(dropout_p), int(seed), hubs,
-                           out.contiguous(), lse.contiguous(), grad_out.contiguous(), grad_x_l,
-                           grad_x_r, grad_att, None if edge is None else grad_edge)
+                           lse.contiguous(), grad_out.contiguous(), grad_x_l, grad_x_r, grad_att,
+                           None if edge is None else grad_edge)
     return grad_x_l, grad_x_r, grad_att.to(att.dtype), grad_edge
 
 
-def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, negative_slope,
+def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, grad_out, negative_slope,
                              dropout_p, seed):
-    """(grad_x_l, grad_x_r, grad_att, grad_edge) in plain torch from the
-    forward's out (the CPU path): with G = <grad_out, out> per node and head,
-    ds = alpha * (factor * <grad_out[i], x_l[j]> - G[i]), dz = ds * att *
-    leaky_relu'(z); grad_x_r[i] = sum dz, grad_edge = dz, grad_att = sum ds *
-    leaky_relu(z), grad_x_l[j] = sum factor * alpha * grad_out[i] + dz."""
+    """(grad_x_l, grad_x_r, grad_att, grad_edge) in plain torch (the CPU
+    path), the scores recomputed: with G[i] = <grad_out[i], out[i]> = sum_e
+    factor * alpha * <grad_out[i], x_l[j]> (summed from the entries, as the
+    kernels do: out is not kept), ds = alpha * (factor * <grad_out[i],
+    x_l[j]> - G[i]), dz = ds * att * leaky_relu'(z); grad_x_r[i] = sum dz,
+    grad_edge = dz, grad_att = sum ds * leaky_relu(z), grad_x_l[j] = sum
+    factor * alpha * grad_out[i] + dz."""
     acc = accumulator_dtype(x_l.dtype)
     num_rows = rowptr.numel() - 1
     row, x_j, z = _entries(rowptr, col, x_l, x_r, edge)
@@ -183,8 +194,9 @@ def gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, out, grad_out, ne
     factor = dropout_factor(seed, col.numel(), x_l.size(1), dropout_p, x_l.device, acc)
     weight = alpha if factor is None else alpha * factor
     g_row = grad_out.to(acc).index_select(0, row)
-    g = (grad_out.to(acc) * out.to(acc)).sum(-1)
     dot = (g_row * x_j).sum(-1)
+    g = torch.zeros(num_rows, x_l.size(1), dtype=acc, device=x_l.device).index_add_(
+        0, row, weight * dot)
     ds = alpha * ((dot if factor is None else factor * dot) - g.index_select(0, row))
     slope = torch.where(z > 0, torch.ones_like(z), torch.full_like(z, negative_slope))
     dz = ds.unsqueeze(-1) * att.to(acc) * slope
@@ -212,18 +224,21 @@ def _gatv2_weights_kernel(rowptr, col, x_l, x_r, att, edge, lse, negative_slope)
 @torch.library.custom_op("pyg_ioaware::gatv2_attention", mutates_args=())
 def gatv2_attention(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
                     edge: Optional[Tensor], negative_slope: float, dropout_p: float, seed: int,
-                    hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
-    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p)
-    check_hub_quantile(hub_quantile, "pyg_ioaware::gatv2_attention")
-    checks.csr_structure_contents(rowptr, col, x_l.size(0), "pyg_ioaware::gatv2_attention")
+                    hub_quantile: float = DEFAULT_HUB_QUANTILE,
+                    out_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    who = "pyg_ioaware::gatv2_attention"
+    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, who, out_bias)
+    check_hub_quantile(hub_quantile, who)
+    checks.csr_structure_contents(rowptr, col, x_l.size(0), who)
     return _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
-                         hub_quantile)
+                         hub_quantile, out_bias)
 
 
 @gatv2_attention.register_fake
 def _gatv2_attention_fake(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
-                          hub_quantile=DEFAULT_HUB_QUANTILE):
-    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p)
+                          hub_quantile=DEFAULT_HUB_QUANTILE, out_bias=None):
+    _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
+                   "pyg_ioaware::gatv2_attention", out_bias)
     rows = rowptr.size(0) - 1
     return (x_l.new_empty(rows, x_l.size(1), x_l.size(2)),
             x_l.new_empty(rows, x_l.size(1), dtype=accumulator_dtype(x_l.dtype)))
@@ -232,22 +247,21 @@ def _gatv2_attention_fake(rowptr, col, x_l, x_r, att, edge, negative_slope, drop
 @torch.library.custom_op("pyg_ioaware::gatv2_attention_backward", mutates_args=())
 def gatv2_attention_backward(rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_t: Tensor,
                              perm_t: Tensor, x_l: Tensor, x_r: Tensor, att: Tensor,
-                             edge: Optional[Tensor], out: Tensor, lse: Tensor, grad_out: Tensor,
+                             edge: Optional[Tensor], lse: Tensor, grad_out: Tensor,
                              negative_slope: float, dropout_p: float, seed: int,
                              hub_quantile: float = DEFAULT_HUB_QUANTILE
                              ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     who = "pyg_ioaware::gatv2_attention_backward"
-    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
-                    grad_out, negative_slope, dropout_p, who, hub_quantile)
+    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, lse, grad_out,
+                    negative_slope, dropout_p, who, hub_quantile)
     checks.csr_structure_contents(rowptr, col, x_l.size(0), who)
     checks.csr_structure_contents(rowptr_t, col_t, x_r.size(0), who)
     return _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge,
-                                  out, lse, grad_out, negative_slope, dropout_p, seed,
-                                  hub_quantile)
+                                  lse, grad_out, negative_slope, dropout_p, seed, hub_quantile)
 
 
-def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
-                    grad_out, negative_slope, dropout_p, who, hub_quantile) -> None:
+def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, lse, grad_out,
+                    negative_slope, dropout_p, who, hub_quantile) -> None:
     _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, who)
     check_hub_quantile(hub_quantile, who)
     checks.csr_structure(rowptr_t, col_t, who)
@@ -259,7 +273,7 @@ def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, o
                          f"({x_l.size(0) + 1}, {col.numel()} and {col.numel()} entries of "
                          f"{rowptr.dtype})")
     shape = (rowptr.numel() - 1, *x_l.shape[1:])
-    for name, t, dtype in (("out", out, x_l.dtype), ("grad_out", grad_out, x_l.dtype),
+    for name, t, dtype in (("grad_out", grad_out, x_l.dtype),
                            ("lse", lse, accumulator_dtype(x_l.dtype))):
         want = shape if name != "lse" else shape[:2]
         if not isinstance(t, Tensor) or t.shape != want or t.dtype != dtype \
@@ -270,10 +284,10 @@ def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, o
 
 @gatv2_attention_backward.register_fake
 def _gatv2_attention_backward_fake(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge,
-                                   out, lse, grad_out, negative_slope, dropout_p, seed,
+                                   lse, grad_out, negative_slope, dropout_p, seed,
                                    hub_quantile=DEFAULT_HUB_QUANTILE):
-    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, out, lse,
-                    grad_out, negative_slope, dropout_p, "pyg_ioaware::gatv2_attention_backward",
+    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, lse, grad_out,
+                    negative_slope, dropout_p, "pyg_ioaware::gatv2_attention_backward",
                     hub_quantile)
     grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
     return torch.empty_like(x_l), torch.empty_like(x_r), torch.empty_like(att), grad_edge
@@ -306,38 +320,40 @@ gatv2_weights_trusted = eager_or_op(_gatv2_weights_kernel, gatv2_attention_weigh
 
 class GATv2Function(torch.autograd.Function):
     """Differentiable out = GATv2 attention over ``graph`` in x_l, x_r, att
-    and edge: forward saves x_l, x_r, att, edge, out and lse (O(N H C), no
-    per-edge tensor); backward recomputes the scores over the graph and its
-    CSR^T. Not twice differentiable.
+    and edge: forward saves x_l, x_r, att, edge and lse (O(N H C), no
+    per-edge tensor, not out); backward recomputes the scores over the graph
+    and its CSR^T. Not twice differentiable.
 
-    ``x_lr`` (optional, last): x_l and x_r as slots 0 and 1 of one tensor
-    [N, 2, heads, channels] (one fused projection's output; x_l and x_r are
-    then None): its gradient is one tensor the kernels write both slots of.
+    ``x_lr`` (optional): x_l and x_r as slots 0 and 1 of one tensor [N, 2,
+    heads, channels] (one fused projection's output; x_l and x_r are then
+    None): its gradient is one tensor the kernels write both slots of.
+    ``out_bias`` (optional, [heads, channels]): added to every row of out
+    in the kernels' output pass; its gradient is grad_out summed over rows.
     """
 
     @staticmethod
     def forward(ctx, graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed, hub_quantile,
-                x_lr=None):
+                x_lr=None, out_bias=None):
         if x_lr is not None:
             x_l, x_r = x_lr.unbind(1)
         out, lse = gatv2_trusted(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
-                                 dropout_p, seed, hub_quantile)
+                                 dropout_p, seed, hub_quantile, out_bias)
         ctx.graph, ctx.params = graph, (negative_slope, dropout_p, seed, hub_quantile)
-        ctx.has_edge = edge is not None
+        ctx.has_edge, ctx.has_bias = edge is not None, out_bias is not None
         ctx.mark_non_differentiable(lse)
         if x_lr is not None:
             x_l = x_r = None
-        ctx.save_for_backward(x_lr, x_l, x_r, att, edge, out, lse)
+        ctx.save_for_backward(x_lr, x_l, x_r, att, edge, lse)
         return out, lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):
-        x_lr, x_l, x_r, att, edge, out, lse = ctx.saved_tensors
+        x_lr, x_l, x_r, att, edge, lse = ctx.saved_tensors
         if x_lr is not None:
             x_l, x_r = x_lr.unbind(1)
         graph, t = ctx.graph, ctx.graph.transpose
-        args = (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, edge, out, lse,
+        args = (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, x_l, x_r, att, edge, lse,
                 grad_out, *ctx.params)
         grad_x_lr = slot_gradient(x_lr)
         if grad_x_lr is None:
@@ -346,36 +362,43 @@ class GATv2Function(torch.autograd.Function):
             grad_x_l, grad_x_r, grad_att, grad_edge = _gatv2_backward_kernel(
                 *args, grad_slots=grad_x_lr.unbind(1))
         grad_edge = grad_edge if ctx.has_edge else None
+        grad_bias = None
+        if ctx.has_bias and ctx.needs_input_grad[10]:
+            grad_bias = column_sums(grad_out.reshape(grad_out.size(0), -1)).view(att.shape)
         if x_lr is not None:
             return (None, None, None, grad_att, grad_edge, None, None, None, None,
-                    stack_slots(grad_x_lr, (grad_x_l, grad_x_r)))
-        return (None, grad_x_l, grad_x_r, grad_att, grad_edge, None, None, None, None, None)
+                    stack_slots(grad_x_lr, (grad_x_l, grad_x_r)), grad_bias)
+        return (None, grad_x_l, grad_x_r, grad_att, grad_edge, None, None, None, None, None,
+                grad_bias)
 
 
 def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor] = None,
                 negative_slope: float = 0.2, dropout_p: float = 0.0, seed: int = 0,
-                hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
+                hub_quantile: float = DEFAULT_HUB_QUANTILE,
+                out_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """(out, lse) of GATv2 attention over ``graph`` (rows = destinations),
-    inputs already checked by the caller; differentiable in x_l, x_r, att
-    and edge (lse is not): through ``GATv2Function`` where the kernels
-    run, else through ``gatv2_reference`` under torch's autograd."""
-    if differentiable_by_torch(x_l, (x_l, x_r, att, edge)):
+    inputs already checked by the caller, ``out_bias`` [heads, channels]
+    (optional) added to every row of out; differentiable in x_l, x_r, att,
+    edge and out_bias (lse is not): through ``GATv2Function`` where the
+    kernels run, else through ``gatv2_reference`` under torch's autograd."""
+    if differentiable_by_torch(x_l, (x_l, x_r, att, edge, out_bias)):
         out, lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
-                                   dropout_p, seed)
+                                   dropout_p, seed, out_bias)
         return out, lse.detach()
     return GATv2Function.apply(graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
-                               hub_quantile)
+                               hub_quantile, None, out_bias)
 
 
 def graph_gatv2_packed(graph, x_lr: Tensor, att: Tensor, edge: Optional[Tensor] = None,
                        negative_slope: float = 0.2, dropout_p: float = 0.0, seed: int = 0,
-                       hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
+                       hub_quantile: float = DEFAULT_HUB_QUANTILE,
+                       out_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """:func:`graph_gatv2` with x_l and x_r the slots of one tensor ``x_lr``
     [N, 2, heads, channels] (a square graph's fused lin_l / lin_r output):
     read in place, and its gradient written by the kernels as one tensor
     (one matrix product backward instead of two and their sum)."""
-    if differentiable_by_torch(x_lr[:, 0], (x_lr, att, edge)):
+    if differentiable_by_torch(x_lr[:, 0], (x_lr, att, edge, out_bias)):
         return graph_gatv2(graph, *x_lr.unbind(1), att, edge, negative_slope, dropout_p, seed,
-                           hub_quantile)
+                           hub_quantile, out_bias)
     return GATv2Function.apply(graph, None, None, att, edge, negative_slope, dropout_p, seed,
-                               hub_quantile, x_lr)
+                               hub_quantile, x_lr, out_bias)

@@ -81,7 +81,7 @@ LOOPED = "attention: one self loop per node"
 # backward_bytes); row = H * D * element size, nnz counts the self loops.
 BYTES_MODEL = ("gatv2 fwd: (nnz + 2 num_dst) row + num_dst H 4 (lse); weights: "
                "(nnz + num_dst) row + num_dst H 4 + nnz H 4 (alpha); bwd: (3 nnz + 2 num_src + "
-               "4 num_dst) row + num_dst H 4, row = H D element size")
+               "3 num_dst) row + num_dst H 4, row = H D element size")
 
 
 # ------------------------------------------------------------ bytes models
@@ -115,20 +115,20 @@ def backward_bytes(nnz: int, num_src: int, num_dst: int, heads: int, channels: i
     atomics), each pass reads its own node's rows once and gathers the
     other end's per edge:
 
-    - destination pass: x_r[i], grad_out[i], out[i] (for G = <grad_out,
-      out>) and lse[i] read once, grad_x_r[i] written once per destination;
-      x_l[j] gathered per edge;
+    - destination pass: x_r[i], grad_out[i] and lse[i] read once,
+      grad_x_r[i] written once per destination (G = <grad_out[i], out[i]>
+      summed from the entries: out is not read); x_l[j] gathered per edge;
     - source pass: x_l[j] read once, grad_x_l[j] written once per source;
       x_r[i] and grad_out[i] gathered per edge.
 
     So 3 gathered rows per edge (the issue's "four gathered rows per
-    edge-head" is 4/3 of this model) plus (2 num_src + 4 num_dst) node rows
+    edge-head" is 4/3 of this model) plus (2 num_src + 3 num_dst) node rows
     and lse. The per-edge scalars the source pass gathers (lse[i], G[i]),
     index traffic, att and grad_att (H x D) count as overhead. (An
     atomics-based single pass would gather x_l[j] and read-modify-write
     grad_x_l[j] per edge: the same 3 rows per edge.)"""
     row = heads * channels * element_size
-    return (3 * nnz + 2 * num_src + 4 * num_dst) * row + num_dst * heads * STAT_BYTES
+    return (3 * nnz + 2 * num_src + 3 * num_dst) * row + num_dst * heads * STAT_BYTES
 
 
 # ------------------------------------------------------- the looped graph
@@ -265,10 +265,9 @@ def _gatv2_kernels(heads: int, channels: int) -> Callable[[Workload], List[Kerne
                            NEGATIVE_SLOPE)
 
         def run_backward():
-            out, lse = forward_outputs()
             t = graph.transpose
-            return backward(rowptr, col, t.rowptr, t.col, t.perm, x_l, x_r, att, None, out,
-                            lse, grad_out, NEGATIVE_SLOPE, 0.0, 0)
+            return backward(rowptr, col, t.rowptr, t.col, t.perm, x_l, x_r, att, None,
+                            forward_outputs()[1], grad_out, NEGATIVE_SLOPE, 0.0, 0)
 
         size = x_l.element_size()
         split = {"hub_split": _hub_split(graph, quantile)}
