@@ -41,6 +41,9 @@ def test_column_sums(device, gemv, dtype, monkeypatch):
         want = t.to(dtype).double().reshape(-1, shape[-1]).sum(0)
         assert got.dtype == dtype and got.shape == (shape[-1],)
         assert relative_error(got.double().cpu(), want) < TOLERANCE[dtype] * 10
+        # In another dtype: summed as above, rounded once to that dtype.
+        wide = bias_gradient.column_sums(t.to(device=device, dtype=dtype), torch.float64)
+        assert wide.dtype == torch.float64 and relative_error(wide.cpu(), want) < 1e-6
 
 
 def test_linear_and_add_bias_gradients(forced):

@@ -328,7 +328,8 @@ class GATv2Function(torch.autograd.Function):
     heads, channels] (one fused projection's output; x_l and x_r are then
     None): its gradient is one tensor the kernels write both slots of.
     ``out_bias`` (optional, [heads, channels]): added to every row of out
-    in the kernels' output pass; its gradient is grad_out summed over rows.
+    in the kernels' output pass; its gradient is grad_out summed over rows
+    (in fp32, then the bias's dtype).
     """
 
     @staticmethod
@@ -339,7 +340,8 @@ class GATv2Function(torch.autograd.Function):
         out, lse = gatv2_trusted(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
                                  dropout_p, seed, hub_quantile, out_bias)
         ctx.graph, ctx.params = graph, (negative_slope, dropout_p, seed, hub_quantile)
-        ctx.has_edge, ctx.has_bias = edge is not None, out_bias is not None
+        ctx.has_edge = edge is not None
+        ctx.bias_dtype = None if out_bias is None else out_bias.dtype
         ctx.mark_non_differentiable(lse)
         if x_lr is not None:
             x_l = x_r = None
@@ -363,8 +365,10 @@ class GATv2Function(torch.autograd.Function):
                 *args, grad_slots=grad_x_lr.unbind(1))
         grad_edge = grad_edge if ctx.has_edge else None
         grad_bias = None
-        if ctx.has_bias and ctx.needs_input_grad[10]:
-            grad_bias = column_sums(grad_out.reshape(grad_out.size(0), -1)).view(att.shape)
+        if ctx.bias_dtype is not None and ctx.needs_input_grad[10]:
+            # Summed in fp32, rounded once to the bias's dtype.
+            grad_bias = column_sums(grad_out.reshape(grad_out.size(0), -1),
+                                    ctx.bias_dtype).view(att.shape)
         if x_lr is not None:
             return (None, None, None, grad_att, grad_edge, None, None, None, None,
                     stack_slots(grad_x_lr, (grad_x_l, grad_x_r)), grad_bias)

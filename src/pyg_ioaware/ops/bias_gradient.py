@@ -40,14 +40,15 @@ def _gemv_wins(t: Tensor, min_elements: int) -> bool:
             and t.numel() >= min_elements)
 
 
-def column_sums(t: Tensor) -> Tensor:
-    """Sum of t over every dimension but the last, in t's dtype, accumulated
-    in fp32 (fp64 for fp64): ``t.reshape(-1, C)^T 1`` where a GEMV is the
-    faster (large fp32 / fp64 CUDA tensors), else ``t.sum``."""
+def column_sums(t: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """Sum of t over every dimension but the last, in ``dtype`` (default
+    t's), accumulated in fp32 (fp64 for fp64): ``t.reshape(-1, C)^T 1``
+    where a GEMV is the faster (large fp32 / fp64 CUDA tensors), else
+    ``t.sum``."""
     rows = t.reshape(-1, t.size(-1))
     if _gemv_wins(rows, MIN_GEMV_SUM_ELEMENTS):
-        return torch.mv(rows.t(), rows.new_ones(rows.size(0)))
-    return rows.sum(0, dtype=accumulator_dtype(t.dtype)).to(t.dtype)
+        return torch.mv(rows.t(), rows.new_ones(rows.size(0))).to(dtype or t.dtype)
+    return rows.sum(0, dtype=accumulator_dtype(t.dtype)).to(dtype or t.dtype)
 
 
 class _AddBias(torch.autograd.Function):
