@@ -118,6 +118,22 @@ RUN_TITLES = {
     "results_h100_walk32_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) layers and mini-batch steps with "
         "32-bit attention walks, H100 (issues 8, 9)",
+    "results_h200_packed_state_gcn_small":
+        "State on an H200: GCNConv D=64 and D=512 on the small suite graphs, fp32 / bf16 / fp16 "
+        "(issue 6)",
+    "results_h200_packed_state_gcn_large":
+        "State on an H200: GCNConv D=64 and D=512 on pokec-, web- and products-like, fp32 / "
+        "bf16 / fp16 (issue 6)",
+    "results_h200_packed_state_reduction":
+        "State on an H200: min / max aggregation and SAGEConv min at D=512 (issue 7)",
+    "results_h200_packed_state_attention":
+        "State on an H200: GATv2Conv and TransformerConv with one projection product whose "
+        "gradient the kernels write in place (issues 8, 9)",
+    "results_h200_packed_state_minibatch":
+        "State on an H200: mini-batch steps of all six layer cases (issues 5, 7-9)",
+    "results_h200_gatv2_out_bias":
+        "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
+        "H200 (issue 8)",
 }
 
 
