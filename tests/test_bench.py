@@ -731,9 +731,9 @@ def test_transformer_bytes_models():
     # weights: k per entry, q and lse per destination, alpha fp32 per entry and head.
     assert transformer.weights_bytes(nnz, n, h, d, s) == 12 * 32 + 5 * 32 + 40 + 12 * 2 * 4
     # bwd: 4 rows per entry (k, v; q, grad_out), k, v, grad_k, grad_v per source, q,
-    # grad_out, grad_q per destination (Delta from the entries: out is not read), lse.
-    assert transformer.backward_bytes(nnz, 6, n, h, d, s) == (4 * 12 + 4 * 6 + 3 * 5) * 32 + 40
-    assert transformer.backward_bytes(nnz, n, n, h, d, 2) == (48 + 20 + 15) * 16 + 40  # bf16
+    # grad_out, out, grad_q per destination, lse.
+    assert transformer.backward_bytes(nnz, 6, n, h, d, s) == (4 * 12 + 4 * 6 + 4 * 5) * 32 + 40
+    assert transformer.backward_bytes(nnz, n, n, h, d, 2) == (48 + 20 + 20) * 16 + 40  # bf16
 
 
 def test_transformer_kernels_alone_on_a_toy_graph():

@@ -792,7 +792,7 @@ def _transformer_params(kind: str, fields: dict):
         a_t = dict(num_rows=a["num_cols"], num_cols=a["num_rows"], nnz=a["nnz"], rowptr=16,
                    col=16, index_bits=a["index_bits"])
         a_t.update(fields.pop("a_t", {}))
-        base.update(a_t=_native.Csr(**a_t), perm_t=16, lse=_float_at(16), grad_out=16,
+        base.update(a_t=_native.Csr(**a_t), perm_t=16, out=16, lse=_float_at(16), grad_out=16,
                     grad_q=16, grad_q_row_stride=8, grad_k=16, grad_k_row_stride=8, grad_v=16,
                     grad_v_row_stride=8, workspace=16)
     else:

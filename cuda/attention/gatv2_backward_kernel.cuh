@@ -11,8 +11,7 @@
 //    above the hub threshold is only registered (its G zeroed);
 //  - gatv2_backward_hub_rows_kernel: a warp per (hub chunk, pass of heads)
 //    adds the chunk's G, A, B to the hub's with fp32 atomics;
-//  - attention_hub_difference_finish_kernel (gatv2_traits.cuh): grad_x_r of
-//    each hub = A - G B.
+//  - gatv2_backward_hub_rows_finish_kernel: grad_x_r of each hub = A - G B.
 // Source pass, over a_t (rows = sources j; perm_t gives each entry's CSR
 // position e, for edge and the dropout counter), after the first:
 //   grad_x_l[j] = sum_{e=(j->i)} f alpha grad_out[i] + dz[e],
@@ -264,6 +263,28 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
         atomic_add_slice<Traits>(acc + s.width(), s, lane, sums.b);
         if (s.layout.lane_in_group(lane) == 0) atomicAdd(g + row * s.heads + head.h, sums.g);
       });
+}
+
+// grad_x_r[row, h, :] = A - G[row, h] B of each registered hub of a: a warp per hub.
+template <typename scalar_t>
+__global__ void gatv2_backward_hub_rows_finish_kernel(const __grid_constant__
+                                                      pygio_gatv2_backward_params p,
+                                                      GatShape s, GatGradHubs hubs,
+                                                      const float* __restrict__ g) {
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
+  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
+                      threadIdx.x / kWarpSize;
+       slot < num_hubs; slot += warps) {
+    const int64_t row = hubs.list.hubs[slot].row;
+    const float* a = hubs.acc + 2 * slot * s.width();
+    for (int64_t k = lane; k < s.width(); k += kWarpSize) {
+      const float dxr = a[k] - g[row * s.heads + k / s.channels] * a[s.width() + k];
+      static_cast<scalar_t*>(p.grad_x_r)[row * p.grad_x_r_row_stride + k] =
+          DTypeTraits<scalar_t>::store(dxr);
+    }
+  }
 }
 
 // grad_x_l, grad_edge and grad_att terms of every row of a_t that is not a

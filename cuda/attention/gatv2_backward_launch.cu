@@ -78,9 +78,8 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
     gatv2_backward_hub_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
     PYGIO_CHECK_CUDA(cudaGetLastError());
     PYGIO_TRY(resident_grid(layout.slots_a, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
-    attention_hub_difference_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
-        hubs_a, shape, g, 1.f,
-        HubRowsOutput<scalar_t>{static_cast<scalar_t*>(p.grad_x_r), p.grad_x_r_row_stride});
+    gatv2_backward_hub_rows_finish_kernel<scalar_t>
+        <<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   // Source pass: grad_x_l, grad_edge and grad_att.

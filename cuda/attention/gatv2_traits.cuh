@@ -444,27 +444,4 @@ __device__ __forceinline__ int64_t gat_hub_threshold(const int64_t* degree, int6
   return d > PYGIO_ATTENTION_MIN_HUB_DEGREE ? d : PYGIO_ATTENTION_MIN_HUB_DEGREE;
 }
 
-// out[row] = scale (A - c[row, h] B) for each registered hub of a
-// destination pass, A and B its two accumulator rows and c a per (row,
-// head) scalar of the workspace (GATv2's G, the transformer's Delta): a
-// warp per hub.
-template <typename scalar_t>
-__global__ void attention_hub_difference_finish_kernel(GatGradHubs hubs, GatShape s,
-                                                       const float* __restrict__ c, float scale,
-                                                       HubRowsOutput<scalar_t> out) {
-  const int64_t num_hubs = hub_count(hubs.list);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
-  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                      threadIdx.x / kWarpSize;
-       slot < num_hubs; slot += warps) {
-    const int64_t row = hubs.list.hubs[slot].row;
-    const float* a = hubs.acc + 2 * slot * s.width();
-    for (int64_t k = lane; k < s.width(); k += kWarpSize) {
-      const float value = scale * (a[k] - c[row * s.heads + k / s.channels] * a[s.width() + k]);
-      out.data[row * out.row_stride + k] = DTypeTraits<scalar_t>::store(value);
-    }
-  }
-}
-
 }  // namespace pygio

@@ -1,19 +1,14 @@
 // Graph-transformer attention backward (contract: pygio_transformer_backward).
 // With alpha recomputed from lse, f = keep(e,h)/(1-p), key = k[j] (+ edge[e]),
 // value = v[j] (+ edge[e]):
-//   Delta[i,h] = <grad_out[i,h], out[i,h]> = sum_e f alpha <grad_out[i,h], value>,
+//   Delta[i,h] = <grad_out[i,h], out[i,h]>,
 //   ds[e,h]    = alpha (f <grad_out[i,h], value> - Delta[i,h]).
-// Destination pass, over a (rows = destinations i), one walk:
-//   grad_q[i] = scale sum_e ds key = scale (A - Delta B), A = sum_e f alpha
-//   <grad_out, value> key, B = sum_e alpha key (Delta summed from the
-//   entries, exact in fp32: out is not read); Delta into the workspace for
-//   the source pass.
+// Destination pass, over a (rows = destinations i):
+//   grad_q[i] = scale sum_e ds key; Delta into the workspace for the source pass.
 //  - transformer_backward_rows_kernel: a warp per row, its heads in passes;
-//    a row above the hub threshold is only registered;
+//    a row above the hub threshold only gets its Delta and is registered;
 //  - transformer_backward_hub_rows_kernel: a warp per (hub chunk, pass of
-//    heads) adds the chunk's Delta, A and B to the hub's;
-//  - attention_hub_difference_finish_kernel (gatv2_traits.cuh): grad_q of
-//    each hub = scale (A - Delta B);
+//    heads) adds the chunk's grad_q terms to the hub's fp32 accumulator;
 // Source pass, over a_t (rows = sources j; perm_t gives each entry's CSR
 // position e, for edge and the dropout counter), after the first:
 //   grad_k[j] = scale sum_e ds q[i],  grad_v[j] = sum_e f alpha grad_out[i],
@@ -23,8 +18,8 @@
 //    threshold is only registered;
 //  - transformer_backward_hub_sources_kernel: a warp per (hub chunk, pass of
 //    heads) adds the chunk's terms to the hub's accumulators.
-// attention_hub_rows_finish_kernel (gatv2_traits.cuh) writes the source
-// pass's hub accumulators out.
+// attention_hub_rows_finish_kernel (gatv2_traits.cuh) writes each pass's hub
+// accumulators out.
 // Each entry gathers two rows in either pass (k and v, then q and grad_out)
 // plus its edge row; kUnroll entries a step (twice measured slower here).
 #pragma once
@@ -33,22 +28,29 @@
 
 namespace pygio {
 
-// The destination pass's sums over entries [begin, end) of `row`, head h,
-// merged over the head's slots, with w = f alpha <grad_out[row, h], value>:
-// delta = sum_e w, a = sum_e w key, b = sum_e alpha key (key = k[j] (+
-// edge[e])). Then Delta = delta and grad_q = scale (a - Delta b): one walk,
-// Delta exact in fp32 and out never read.
+// Delta[row, h] = <grad_out[row, h], out[row, h]> (every lane of the group gets it).
 template <typename Traits>
-struct QuerySums {
-  float delta;
-  float a[Traits::kElems];
-  float b[Traits::kElems];
-};
+__device__ __forceinline__ float row_delta(const pygio_transformer_backward_params& p,
+                                           const GatShape& s, int lane, int64_t row, int64_t h) {
+  using scalar_t = typename Traits::scalar_t;
+  constexpr int E = Traits::kElems;
+  const int64_t node_head = row * s.width() + h * s.channels;
+  float dout[E], out[E];
+  load_slice<Traits>(static_cast<const scalar_t*>(p.grad_out) + node_head, s, lane, dout);
+  load_slice<Traits>(static_cast<const scalar_t*>(p.out) + node_head, s, lane, out);
+  float part = 0.f;
+#pragma unroll
+  for (int k = 0; k < E; ++k) part += dout[k] * out[k];
+  return group_sum(part, s.layout);
+}
 
+// acc = scale sum_e ds (k[j] (+ edge[e])) over entries [begin, end) of
+// `row`, head h, merged over the head's slots.
 template <typename Traits>
-__device__ __forceinline__ QuerySums<Traits> query_sums(const pygio_transformer_backward_params& p,
-                                                        const GatShape& s, int lane, int64_t row,
-                                                        int64_t h, int64_t begin, int64_t end) {
+__device__ __forceinline__ void query_grad(const pygio_transformer_backward_params& p,
+                                           const GatShape& s, int lane, int64_t row, int64_t h,
+                                           int64_t begin, int64_t end, float delta,
+                                           float (&acc)[Traits::kElems]) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
   constexpr int E = Traits::kElems, U = Traits::kUnroll;
@@ -67,10 +69,8 @@ __device__ __forceinline__ QuerySums<Traits> query_sums(const pygio_transformer_
   const uint64_t k_row_bytes = p.k_row_stride * sizeof(scalar_t);
   const uint64_t v_row_bytes = p.v_row_stride * sizeof(scalar_t);
   const uint64_t edge_row_bytes = s.width() * sizeof(scalar_t);
-  QuerySums<Traits> sums;
-  sums.delta = 0.f;
 #pragma unroll
-  for (int k = 0; k < E; ++k) sums.a[k] = sums.b[k] = 0.f;
+  for (int k = 0; k < E; ++k) acc[k] = 0.f;
   walk_row<U, 1>(s, lane, begin, end, index, [&](const WalkStep<U, 1, index_t>& walk) {
     RawSlice<Traits> key_raw[U], value_raw[U], edge_raw[U];
 #pragma unroll
@@ -88,53 +88,47 @@ __device__ __forceinline__ QuerySums<Traits> query_sums(const pygio_transformer_
       else edge_raw[u].clear();
     }
     const TransformerValues<Traits, U> values{value_raw, edge_raw, has_edge};
-    float parts[2 * U];  // score parts, then <grad_out, value> parts
+    float sums[2 * U];  // score parts, then <grad_out, value> parts
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float key[E], value[E], edge_values[E];
       key_raw[u].to_float(key);
       edge_raw[u].to_float(edge_values);
-      parts[u] = key_part(q, key, has_edge, edge_values);
+      sums[u] = key_part(q, key, has_edge, edge_values);
       values(u, value);
-      parts[U + u] = 0.f;
+      sums[U + u] = 0.f;
 #pragma unroll
-      for (int k = 0; k < E; ++k) parts[U + u] += dout[k] * value[k];
+      for (int k = 0; k < E; ++k) sums[U + u] += dout[k] * value[k];
     }
-    group_sums(parts, s.layout);
+    group_sums(sums, s.layout);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!walk.real(u)) continue;
-      const float alpha = expf(parts[u] * p.scale - lse);
-      const float w = dropout_factor(p.seed, walk.pos(u), h, p.dropout_p) * alpha * parts[U + u];
-      sums.delta += w;
+      const float alpha = expf(sums[u] * p.scale - lse);
+      const float f = dropout_factor(p.seed, walk.pos(u), h, p.dropout_p);
+      const float ds = alpha * (f * sums[U + u] - delta);
       float key[E], edge_values[E];
       key_raw[u].to_float(key);
       edge_raw[u].to_float(edge_values);
       add_edge(key, has_edge, edge_values);
 #pragma unroll
-      for (int k = 0; k < E; ++k) {
-        sums.a[k] += w * key[k];
-        sums.b[k] += alpha * key[k];
-      }
+      for (int k = 0; k < E; ++k) acc[k] += ds * key[k];
     }
   });
-  sums.delta = sum_over_slots(sums.delta, s);
-  sum_over_slots(sums.a, s);
-  sum_over_slots(sums.b, s);
-  return sums;
+  sum_over_slots(acc, s);
+#pragma unroll
+  for (int k = 0; k < E; ++k) acc[k] *= p.scale;
 }
 
 // grad_q and Delta of every row of a that is not a hub: a warp per row
-// (grid-stride), its heads in passes; rows above the hub threshold are
-// registered for transformer_backward_hub_rows_kernel instead (their Delta
-// zeroed for its atomics).
+// (grid-stride), its heads in passes; a row above the hub threshold gets
+// its Delta and is registered for transformer_backward_hub_rows_kernel.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     transformer_backward_rows_kernel(const __grid_constant__ pygio_transformer_backward_params p,
                                      GatShape s, GatGradHubs hubs, float* __restrict__ delta) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
@@ -143,44 +137,42 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
                      threadIdx.x / kWarpSize;
        row < p.a.num_rows; row += warps) {
     const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    if (end - begin > threshold && register_hub(hubs.list, row, end - begin, kGatHubChunk, lane)) {
-      for (int64_t h = lane; h < s.heads; h += kWarpSize) delta[row * s.heads + h] = 0.f;
-      continue;
-    }
+    const bool hub =
+        end - begin > threshold && register_hub(hubs.list, row, end - begin, kGatHubChunk, lane);
     for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
       const PassHead head = pass_head(s, lane, h0);
-      const QuerySums<Traits> sums = query_sums<Traits>(p, s, lane, row, head.h, begin, end);
+      const float row_d = row_delta<Traits>(p, s, lane, row, head.h);
+      if (head.active && s.slot(lane) == 0 && s.layout.lane_in_group(lane) == 0)
+        delta[row * s.heads + head.h] = row_d;
+      if (hub) continue;
+      float acc[Traits::kElems];
+      query_grad<Traits>(p, s, lane, row, head.h, begin, end, row_d, acc);
       if (!head.active || s.slot(lane) != 0) continue;
-      float grad_q[E];
-#pragma unroll
-      for (int k = 0; k < E; ++k) grad_q[k] = p.scale * (sums.a[k] - sums.delta * sums.b[k]);
       store_slice<Traits>(static_cast<scalar_t*>(p.grad_q) + row * p.grad_q_row_stride +
-                              head.h * s.channels, s, lane, grad_q);
-      if (s.layout.lane_in_group(lane) == 0) delta[row * s.heads + head.h] = sums.delta;
+                              head.h * s.channels, s, lane, acc);
     }
   }
 }
 
-// Delta, a and b of each (hub chunk, head) of a added to the hub's (Delta
-// in the workspace row, a and b in the accumulator): a warp per (chunk,
-// pass of heads).
+// The grad_q terms of each (hub chunk, head) of a added to the hub's
+// accumulator: a warp per (chunk, pass of heads).
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
     transformer_backward_hub_rows_kernel(
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
-        GatGradHubs hubs, float* __restrict__ delta) {
+        GatGradHubs hubs, const float* __restrict__ delta) {
   using index_t = typename Traits::index_t;
   const int lane = threadIdx.x % kWarpSize;
   for_each_hub_chunk<Traits::kWarpsPerBlock>(
       hubs.list, static_cast<const index_t*>(p.a.rowptr), s, lane,
       [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
         const int64_t row = hubs.list.hubs[slot].row;
-        const QuerySums<Traits> sums = query_sums<Traits>(p, s, lane, row, head.h, begin, end);
+        float acc[Traits::kElems];
+        query_grad<Traits>(p, s, lane, row, head.h, begin, end, delta[row * s.heads + head.h],
+                           acc);
         if (!head.active || s.slot(lane) != 0) return;
-        float* acc = hubs.acc + 2 * slot * s.width() + head.h * s.channels;
-        atomic_add_slice<Traits>(acc, s, lane, sums.a);
-        atomic_add_slice<Traits>(acc + s.width(), s, lane, sums.b);
-        if (s.layout.lane_in_group(lane) == 0) atomicAdd(delta + row * s.heads + head.h, sums.delta);
+        atomic_add_slice<Traits>(hubs.acc + slot * s.width() + head.h * s.channels, s, lane,
+                                 acc);
       });
 }
 

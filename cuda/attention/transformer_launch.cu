@@ -62,10 +62,10 @@ int check_forward(const pygio_transformer_params& p, const char* entry) {
   return attention::check_forward_outputs(p, entry);
 }
 
-// The backward's workspace: Delta per (row, head); per hub, A and B in the
+// The backward's workspace: Delta per (row, head); per hub, grad_q in the
 // destination pass and grad_k, grad_v in the source pass.
 attention::BackwardLayout backward_layout(const pygio_transformer_backward_params& p) {
-  return attention::BackwardLayout(p, 2, 2);
+  return attention::BackwardLayout(p, 1, 2);
 }
 
 int check_backward(const pygio_transformer_backward_params& p, const char* entry) {
@@ -79,8 +79,9 @@ int check_backward(const pygio_transformer_backward_params& p, const char* entry
   PYGIO_CHECK_ARG((p.edge == nullptr) == (p.grad_edge == nullptr),
                   entry_message(entry, "grad_edge must be given exactly when edge is"));
   if (p.a.num_rows > 0) {
-    PYGIO_CHECK_ARG(p.lse != nullptr && p.grad_out != nullptr && p.grad_q != nullptr,
-                    entry_message(entry, "lse, grad_out and grad_q must not be NULL"));
+    PYGIO_CHECK_ARG(p.out != nullptr && p.lse != nullptr && p.grad_out != nullptr &&
+                        p.grad_q != nullptr,
+                    entry_message(entry, "out, lse, grad_out and grad_q must not be NULL"));
     PYGIO_TRY(check_row_stride(p.grad_q_row_stride, p.heads * p.channels, "grad_q", entry));
   }
   if (p.a.num_cols > 0) {
@@ -130,9 +131,10 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
         <<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, delta);
     PYGIO_CHECK_CUDA(cudaGetLastError());
     PYGIO_TRY(resident_grid(layout.slots_a, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
-    attention_hub_difference_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
-        hubs_a, shape, delta, p.scale,
-        HubRowsOutput<scalar_t>{static_cast<scalar_t*>(p.grad_q), p.grad_q_row_stride});
+    attention_hub_rows_finish_kernel<scalar_t><<<grid, kThreads, 0, stream>>>(
+        hubs_a, width, 1,
+        HubRowsOutput<scalar_t>{static_cast<scalar_t*>(p.grad_q), p.grad_q_row_stride},
+        HubRowsOutput<scalar_t>{});
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   // Source pass: grad_k, grad_v and grad_edge.
@@ -235,7 +237,7 @@ extern "C" int pygio_transformer_backward(const pygio_transformer_backward_param
       p.dtype, p.heads, p.channels, kTransformerWidePieces,
       {p.q_row_stride, p.k_row_stride, p.v_row_stride, p.grad_q_row_stride,
        p.grad_k_row_stride, p.grad_v_row_stride, p.heads * p.channels},
-      {p.q, p.k, p.v, p.edge, p.grad_out, p.grad_q, p.grad_k, p.grad_v, p.grad_edge},
+      {p.q, p.k, p.v, p.edge, p.out, p.grad_out, p.grad_q, p.grad_k, p.grad_v, p.grad_edge},
       __func__, &plan));
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));

@@ -766,26 +766,23 @@ PYGIO_API int pygio_transformer_workspace_size(const pygio_transformer_params* p
 PYGIO_API int pygio_transformer(const pygio_transformer_params* params);
 
 /*
- * Gradients of pygio_transformer given grad_out (lse the forward's, every
- * other input as there; the forward's out is not needed), with f =
- * keep(e,h) / (1 - p) and alpha = exp(s - lse):
+ * Gradients of pygio_transformer given grad_out (out and lse the
+ * forward's, every other input as there), with f = keep(e,h) / (1 - p) and
+ * alpha = exp(s - lse):
  *   Delta[i,h]     = <grad_out[i,h,:], out[i,h,:]>
- *                  = sum_{e in row i} f * alpha * <grad_out[i,h,:], v[j,h,:] (+ edge[e,h,:])>
  *   ds[e,h]        = alpha * (f * <grad_out[i,h,:], v[j,h,:] (+ edge[e,h,:])> - Delta[i,h])
  *   grad_q[i,h,:]  = scale * sum_{e in row i} ds[e,h] * (k[j,h,:] (+ edge[e,h,:]))
  *   grad_k[j,h,:]  = scale * sum_{e = (j -> i)} ds[e,h] * q[i,h,:]
  *   grad_v[j,h,:]  = sum_{e = (j -> i)} f * alpha * grad_out[i,h,:]
  *   grad_edge[e,h,:] = scale * ds[e,h] * q[i,h,:] + f * alpha * grad_out[i,h,:]
- * grad_q = scale * (A - Delta * B) with A = sum_e f alpha <grad_out, value>
- * key and B = sum_e alpha key comes from one pass over a (Delta summed
- * there in fp32, into the workspace), grad_k,
+ * grad_q comes from a pass over a (Delta into the workspace), grad_k,
  * grad_v and grad_edge from a pass over a_t (the CSR^T: rows = sources,
  * col = destinations) whose perm_t maps each CSR^T position to its CSR
  * position; scores are recomputed from lse. Rows of a above *hub_degree
  * and rows of a_t above *hub_degree_t (each at least
  * PYGIO_ATTENTION_MIN_HUB_DEGREE, at most max_hubs / max_hubs_t of them)
- * are split over all SMs. Every output is fully overwritten. grad_out (and
- * grad_edge): contiguous, in dtype; grad_q, grad_k and grad_v in
+ * are split over all SMs. Every output is fully overwritten. out, grad_out
+ * (and grad_edge): contiguous, in dtype; grad_q, grad_k and grad_v in
  * dtype, laid out as q, k and v may be (any node row stride >= heads *
  * channels: the slots of one fused projection's gradient are written in
  * place); lse: fp32.
@@ -813,6 +810,7 @@ typedef struct {
   int64_t max_hubs;
   const int64_t* hub_degree_t;  /* rows of a_t */
   int64_t max_hubs_t;
+  const void* out;
   const float* lse;
   const void* grad_out;
   void* grad_q;            /* [num_rows, heads, channels] */

@@ -324,6 +324,7 @@ class TransformerBackwardParams(ctypes.Structure):
         ("max_hubs", ctypes.c_int64),
         ("hub_degree_t", ctypes.POINTER(ctypes.c_int64)),
         ("max_hubs_t", ctypes.c_int64),
+        ("out", ctypes.c_void_p),
         ("lse", ctypes.POINTER(ctypes.c_float)),
         ("grad_out", ctypes.c_void_p),
         ("grad_q", ctypes.c_void_p),
@@ -988,7 +989,7 @@ def transformer(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, v: Tensor,
 
 def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tensor, k: Tensor,
                          v: Tensor, edge: Optional[Tensor], scale: float, dropout_p: float,
-                         seed: int, hubs: tuple, lse: Tensor, grad_out: Tensor,
+                         seed: int, hubs: tuple, out: Tensor, lse: Tensor, grad_out: Tensor,
                          grad_q: Tensor, grad_k: Tensor, grad_v: Tensor,
                          grad_edge: Optional[Tensor]) -> None:
     """Enqueues the gradients of :func:`transformer` (contract:
@@ -1003,7 +1004,7 @@ def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tenso
         a_t=_csr(rowptr_t, col_t, rowptr.numel() - 1), perm_t=perm_t.data_ptr(),
         v=v.data_ptr(), v_row_stride=_node_row_stride(v, "v"), dropout_p=dropout_p, seed=seed,
         hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
-        hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t,
+        hub_degree_t=_int64_pointer(hub_degree_t), max_hubs_t=max_hubs_t, out=out.data_ptr(),
         lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
         grad_q=grad_q.data_ptr(), grad_q_row_stride=_node_row_stride(grad_q, "grad_q"),
         grad_k=grad_k.data_ptr(), grad_k_row_stride=_node_row_stride(grad_k, "grad_k"),

@@ -172,11 +172,12 @@ def test_opcheck_cpu():
     e = csr_order(graph, e)
     torch.library.opcheck(torch.ops.pyg_ioaware.transformer_attention,
                           (graph.rowptr, graph.col, q, k, v, e, 0.5, 0.3, 7, 0.99))
-    _, lse = transformer.transformer_attention(graph.rowptr, graph.col, q, k, v, e, 0.5, 0.3, 7)
+    out, lse = transformer.transformer_attention(graph.rowptr, graph.col, q, k, v, e, 0.5, 0.3,
+                                                 7)
     t = graph.transpose
     torch.library.opcheck(torch.ops.pyg_ioaware.transformer_attention_backward,
-                          (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, q, k, v, e, lse,
-                           grad, 0.5, 0.3, 7, 0.99))
+                          (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, q, k, v, e, out,
+                           lse, grad, 0.5, 0.3, 7, 0.99))
     torch.library.opcheck(torch.ops.pyg_ioaware.transformer_attention_weights,
                           (graph.rowptr, graph.col, q, k, e, lse, 0.5))
 

@@ -11,7 +11,7 @@ keep is the counter-based dropout mask of :mod:`.dropout` (e the CSR
 position), all kept for p = 0. Backward, with f = keep / (1 - p) and
 alpha = exp(s - lse)::
 
-    Delta[i,h] = <grad_out[i,h], out[i,h]> = sum_e f * alpha * <grad_out[i,h], v[j,h] (+ edge[e,h])>
+    Delta[i,h] = <grad_out[i,h], out[i,h]>
     ds[e,h]    = alpha * (f * <grad_out[i,h], v[j,h] (+ edge[e,h])> - Delta[i,h])
     grad_q[i]  = scale * sum_e ds * (k[j] (+ edge[e]))
     grad_k[j]  = scale * sum_e ds * q[i]
@@ -26,9 +26,8 @@ of a fused projection are read in place), edge [nnz, H, C] in CSR order or
 None; out in q's dtype, lse fp32 (float64 for float64 inputs).
 
 ``pyg_ioaware::transformer_attention_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k,
-v, edge, lse, grad_out, scale, dropout_p, seed, hub_quantile) -> (grad_q, grad_k, grad_v,
-grad_edge)``: Delta summed from the entries (the forward's out is not kept);
-grad_edge is empty without edge. Rows of the CSR and of the
+v, edge, out, lse, grad_out, scale, dropout_p, seed, hub_quantile) -> (grad_q, grad_k, grad_v,
+grad_edge)``: grad_edge is empty without edge. Rows of the CSR and of the
 CSR^T above the hub_quantile degree quantile (:mod:`.hubs`) are split over
 all SMs by the kernels, forward and backward.
 
@@ -96,21 +95,18 @@ def transformer_reference(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, v: 
     return out.to(q.dtype), lse
 
 
-def transformer_backward_reference(rowptr, col, q, k, v, edge, lse, grad_out, scale,
+def transformer_backward_reference(rowptr, col, q, k, v, edge, out, lse, grad_out, scale,
                                    dropout_p, seed):
     """(grad_q, grad_k, grad_v, grad_edge) of the module docstring in plain
-    torch from the forward's lse (the CPU path), Delta summed from the
-    entries as the kernels do."""
+    torch from the forward's out and lse (the CPU path)."""
     acc = accumulator_dtype(q.dtype)
     row, query, key, value = _entries(rowptr, col, q, k, v, edge)
     alpha = torch.exp((query * key).sum(-1) * scale - lse.to(acc).index_select(0, row))
     factor = dropout_factor(seed, col.numel(), q.size(1), dropout_p, q.device, acc)
     weight = alpha if factor is None else alpha * factor
     g_row = grad_out.to(acc).index_select(0, row)
-    dot = (g_row * value).sum(-1)
-    delta = torch.zeros(rowptr.numel() - 1, q.size(1), dtype=acc, device=q.device).index_add_(
-        0, row, weight * dot)
-    ds = weight * dot - alpha * delta.index_select(0, row)
+    delta = (grad_out.to(acc) * out.to(acc)).sum(-1)
+    ds = weight * (g_row * value).sum(-1) - alpha * delta.index_select(0, row)
     d_key = scale * ds.unsqueeze(-1) * query
     d_value = weight.unsqueeze(-1) * g_row
     index = col.long()
@@ -154,8 +150,8 @@ def _check_forward(rowptr, col, q, k, v, edge, scale, dropout_p,
     check_hub_quantile(hub_quantile, who)
 
 
-def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, lse, grad_out, scale,
-                    dropout_p, who, hub_quantile) -> None:
+def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse, grad_out,
+                    scale, dropout_p, who, hub_quantile) -> None:
     _check_forward(rowptr, col, q, k, v, edge, scale, dropout_p, who, hub_quantile)
     checks.csr_structure(rowptr_t, col_t, who)
     if rowptr_t.dtype != rowptr.dtype or rowptr_t.numel() != k.size(0) + 1 \
@@ -166,7 +162,7 @@ def _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, lse, gr
                          f"({k.size(0) + 1}, {col.numel()} and {col.numel()} entries of "
                          f"{rowptr.dtype})")
     shape = (rowptr.numel() - 1, *q.shape[1:])
-    for name, t, dtype in (("grad_out", grad_out, q.dtype),
+    for name, t, dtype in (("out", out, q.dtype), ("grad_out", grad_out, q.dtype),
                            ("lse", lse, accumulator_dtype(q.dtype))):
         want = shape if name != "lse" else shape[:2]
         if not isinstance(t, Tensor) or t.shape != want or t.dtype != dtype \
@@ -196,14 +192,14 @@ def _transformer_kernel(rowptr, col, q, k, v, edge, scale, dropout_p, seed,
     return out, lse
 
 
-def _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, lse,
+def _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse,
                                  grad_out, scale, dropout_p, seed,
                                  hub_quantile=DEFAULT_HUB_QUANTILE, grad_slots=None):
     """The backward; ``grad_slots``: (grad_q, grad_k, grad_v) to write into
     (the slots of packed gradients, attention_shared.slot_gradient), else
     fresh tensors."""
     if not kernels_take(q):
-        return transformer_backward_reference(rowptr, col, q, k, v, edge, lse, grad_out,
+        return transformer_backward_reference(rowptr, col, q, k, v, edge, out, lse, grad_out,
                                               scale, dropout_p, seed)
     q, k, v, edge = heads_readable(q), heads_readable(k), heads_readable(v), _edge_readable(edge)
     grad_q, grad_k, grad_v = grad_slots or (
@@ -213,8 +209,8 @@ def _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, 
             *hub_degree(rowptr_t, col_t.numel(), hub_quantile))
     _native.transformer_backward(rowptr, col, (rowptr_t, col_t, perm_t), q, k, v, edge,
                                  float(scale), float(dropout_p), int(seed), hubs,
-                                 lse.contiguous(), grad_out.contiguous(), grad_q, grad_k, grad_v,
-                                 None if edge is None else grad_edge)
+                                 out.contiguous(), lse.contiguous(), grad_out.contiguous(),
+                                 grad_q, grad_k, grad_v, None if edge is None else grad_edge)
     return grad_q, grad_k, grad_v, grad_edge
 
 
@@ -258,25 +254,27 @@ def _transformer_attention_fake(rowptr, col, q, k, v, edge, scale, dropout_p, se
 @torch.library.custom_op("pyg_ioaware::transformer_attention_backward", mutates_args=())
 def transformer_attention_backward(rowptr: Tensor, col: Tensor, rowptr_t: Tensor, col_t: Tensor,
                                    perm_t: Tensor, q: Tensor, k: Tensor, v: Tensor,
-                                   edge: Optional[Tensor], lse: Tensor, grad_out: Tensor,
-                                   scale: float, dropout_p: float, seed: int,
+                                   edge: Optional[Tensor], out: Tensor, lse: Tensor,
+                                   grad_out: Tensor, scale: float, dropout_p: float, seed: int,
                                    hub_quantile: float = DEFAULT_HUB_QUANTILE
                                    ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     who = "pyg_ioaware::transformer_attention_backward"
-    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, lse, grad_out, scale,
-                    dropout_p, who, hub_quantile)
+    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse, grad_out,
+                    scale, dropout_p, who, hub_quantile)
     checks.csr_structure_contents(rowptr, col, k.size(0), who)
     checks.csr_structure_contents(rowptr_t, col_t, q.size(0), who)
     return _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge,
-                                        lse, grad_out, scale, dropout_p, seed, hub_quantile)
+                                        out, lse, grad_out, scale, dropout_p, seed,
+                                        hub_quantile)
 
 
 @transformer_attention_backward.register_fake
 def _transformer_attention_backward_fake(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge,
-                                         lse, grad_out, scale, dropout_p, seed,
+                                         out, lse, grad_out, scale, dropout_p, seed,
                                          hub_quantile=DEFAULT_HUB_QUANTILE):
-    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, lse, grad_out, scale,
-                    dropout_p, "pyg_ioaware::transformer_attention_backward", hub_quantile)
+    _check_backward(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse, grad_out,
+                    scale, dropout_p, "pyg_ioaware::transformer_attention_backward",
+                    hub_quantile)
     grad_edge = torch.empty_like(edge) if edge is not None else q.new_empty(0)
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             torch.empty_like(k, memory_format=torch.contiguous_format),
@@ -321,9 +319,9 @@ def _unpack(q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor],
 
 class TransformerFunction(torch.autograd.Function):
     """Differentiable out = graph-transformer attention over ``graph`` in q,
-    k, v and edge: forward saves q, k, v, edge and lse (O(N H C), no
-    per-edge tensor, not out); backward recomputes the scores over the graph
-    and its CSR^T. Not twice differentiable.
+    k, v and edge: forward saves q, k, v, edge, out and lse (O(N H C), no
+    per-edge tensor); backward recomputes the scores over the graph and its
+    CSR^T. Not twice differentiable.
 
     ``packed`` (optional, last): k and v (and q where it has three slots) as
     the slots of one tensor [N, 2 or 3, heads, channels] (one fused
@@ -342,17 +340,17 @@ class TransformerFunction(torch.autograd.Function):
         ctx.mark_non_differentiable(lse)
         if packed is not None:
             q, k, v = q_in, None, None
-        ctx.save_for_backward(packed, q, k, v, edge, lse)
+        ctx.save_for_backward(packed, q, k, v, edge, out, lse)
         return out, lse
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_out, grad_lse):
-        packed, q, k, v, edge, lse = ctx.saved_tensors
+        packed, q, k, v, edge, out, lse = ctx.saved_tensors
         q, k, v = _unpack(q, k, v, packed)
         graph, t = ctx.graph, ctx.graph.transpose
-        args = (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, q, k, v, edge, lse, grad_out,
-                *ctx.params)
+        args = (graph.rowptr, graph.col, t.rowptr, t.col, t.perm, q, k, v, edge, out, lse,
+                grad_out, *ctx.params)
         grad_packed = slot_gradient(packed)
         if grad_packed is None:
             grads = transformer_backward_trusted(*args)

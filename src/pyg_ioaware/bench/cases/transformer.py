@@ -64,7 +64,7 @@ FWD_KERNEL, WEIGHTS_KERNEL, BWD_KERNEL = ("transformer fwd (out, lse)",
 # self loops.
 BYTES_MODEL = ("transformer fwd: (2 nnz + 2 num_dst) row + num_dst H 4 (lse); weights: "
                "(nnz + num_dst) row + num_dst H 4 + nnz H 4 (alpha); bwd: (4 nnz + 4 num_src + "
-               "3 num_dst) row + num_dst H 4, row = H D element size")
+               "4 num_dst) row + num_dst H 4, row = H D element size")
 
 
 # ------------------------------------------------------------ bytes models
@@ -98,17 +98,17 @@ def backward_bytes(nnz: int, num_src: int, num_dst: int, heads: int, channels: i
     other (no atomics), each pass reads its own node's rows once and gathers
     the other end's per edge:
 
-    - destination pass: q[i], grad_out[i] and lse[i] read once, grad_q[i]
-      written once per destination (Delta = <grad_out[i], out[i]> summed
-      from the entries: out is not read); k[j] and v[j] gathered per edge;
+    - destination pass: q[i], grad_out[i], out[i] (for Delta = <grad_out,
+      out>) and lse[i] read once, grad_q[i] written once per destination;
+      k[j] and v[j] gathered per edge;
     - source pass: k[j] and v[j] read once, grad_k[j] and grad_v[j] written
       once per source; q[i] and grad_out[i] gathered per edge.
 
-    So 4 gathered rows per edge plus (4 num_src + 3 num_dst) node rows and
+    So 4 gathered rows per edge plus (4 num_src + 4 num_dst) node rows and
     lse. The per-edge scalars the source pass gathers (lse[i], Delta[i]) and
     index traffic count as overhead."""
     row = heads * channels * element_size
-    return (4 * nnz + 4 * num_src + 3 * num_dst) * row + num_dst * heads * STAT_BYTES
+    return (4 * nnz + 4 * num_src + 4 * num_dst) * row + num_dst * heads * STAT_BYTES
 
 
 # ----------------------------------------------------------- kernels alone
@@ -156,10 +156,11 @@ def _transformer_kernels(heads: int, channels: int) -> Callable[[Workload], List
                                                scale)
 
         def run_backward():
+            out, lse = forward_outputs()
             t = graph.transpose
             return transformer_backward_trusted(rowptr, col, t.rowptr, t.col, t.perm, q, k, v,
-                                                None, forward_outputs()[1], grad_out, scale, 0.0,
-                                                0, quantile)
+                                                None, out, lse, grad_out, scale, 0.0, 0,
+                                                quantile)
 
         size = qkv.element_size()
         split = {"hub_split": hub_split(graph, quantile)}
