@@ -391,6 +391,36 @@ def cuda_case(seed):
 
 
 @pytest.mark.cuda
+def test_cuda_compile_matches_eager_with_gradients():
+    # The kernels under torch.compile: the custom ops and the packed
+    # projection's gradient stacked from the op's slots.
+    edge_index = cuda_case(seed=14)
+    graph = Graph.from_input(edge_index, 600)
+    graph.transpose  # filled: the compiled backward reads it without building
+    x = torch.randn(600, 16, device="cuda", requires_grad=True)
+    torch.manual_seed(0)
+    conv1 = TransformerConv(16, 8, heads=2, beta=True).cuda()
+    conv2 = TransformerConv(16, 4, heads=2, concat=False).cuda()
+    named = [("x", x), *(("conv1." + n, p) for n, p in conv1.named_parameters()),
+             *(("conv2." + n, p) for n, p in conv2.named_parameters())]
+    params = [p for _, p in named]
+
+    def forward(x):
+        return conv2(conv1(x, graph).relu(), graph)
+
+    expected = forward(x)
+    expected_grads = torch.autograd.grad(expected.square().sum(), params)
+    got = torch.compile(forward)(x)
+    grads = torch.autograd.grad(got.square().sum(), params)
+    assert relative_error(got, expected) < 1e-5
+    for (name, _), got_grad, want in zip(named, grads, expected_grads):
+        if name.endswith(ZERO_GRADS):  # exactly 0 in exact arithmetic: rounding noise both
+            assert got_grad.abs().max() < 1e-5 and want.abs().max() < 1e-5, name
+        else:
+            assert relative_error(got_grad, want) < 1e-4, name
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("option", ["default", "concat-false", "beta", "edge", "no-root"])
 def test_cuda_matches_pyg(option):
     kwargs = dict(OPTIONS[option])
