@@ -397,10 +397,11 @@ def graph_gatv2_packed(graph, x_lr: Tensor, att: Tensor, edge: Optional[Tensor] 
                        negative_slope: float = 0.2, dropout_p: float = 0.0, seed: int = 0,
                        hub_quantile: float = DEFAULT_HUB_QUANTILE,
                        out_bias: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-    """:func:`graph_gatv2` with x_l and x_r the slots of one tensor ``x_lr``
-    [N, 2, heads, channels] (a square graph's fused lin_l / lin_r output):
-    read in place, and its gradient written by the kernels as one tensor
-    (one matrix product backward instead of two and their sum)."""
+    """:func:`~pyg_ioaware.ops.attention.graph_gatv2` with x_l and x_r the
+    slots of one tensor ``x_lr`` [N, 2, heads, channels] (a square graph's
+    fused lin_l / lin_r output): read in place, and its gradient written by
+    the kernels as one tensor (one matrix product backward instead of two
+    and their sum)."""
     if differentiable_by_torch(x_lr[:, 0], (x_lr, att, edge, out_bias)):
         return graph_gatv2(graph, *x_lr.unbind(1), att, edge, negative_slope, dropout_p, seed,
                            hub_quantile, out_bias)

@@ -390,12 +390,12 @@ def graph_transformer_packed(graph, packed: Tensor, q: Optional[Tensor] = None,
                              edge: Optional[Tensor] = None, scale: Optional[float] = None,
                              dropout_p: float = 0.0, seed: int = 0,
                              hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
-    """:func:`graph_transformer` with k and v the last two slots of one
-    tensor ``packed`` [N, slots, heads, channels] (a fused projection's
-    output), and q its first slot where there are three (a square graph;
-    else ``q`` is given, a bipartite graph's destinations): read in place,
-    and the packed gradient written by the kernels as one tensor (no stack
-    of separate gradients)."""
+    """:func:`~pyg_ioaware.ops.transformer.graph_transformer` with k and v
+    the last two slots of one tensor ``packed`` [N, slots, heads, channels]
+    (a fused projection's output), and q its first slot where there are
+    three (a square graph; else ``q`` is given, a bipartite graph's
+    destinations): read in place, and the packed gradient written by the
+    kernels as one tensor (no stack of separate gradients)."""
     if packed.dim() != 4 or packed.size(1) != (2 if q is not None else 3):
         raise ValueError(f"graph_transformer_packed: expected packed [N, 3, heads, channels] "
                          f"(q, k, v) or [N, 2, heads, channels] (k, v) with q given, got "
