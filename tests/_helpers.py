@@ -144,6 +144,27 @@ def assert_runs_match(ours, ref, tol, zero_grads=()):
             assert relative_error(ours[3][name], ref[3][name]) < tol, name
 
 
+def assert_compiled_matches_eager(forward, x, modules, zero_grads=()):
+    """``torch.compile(forward)(x)`` agrees with ``forward(x)``: the output
+    (1e-5) and the gradients of x and of every parameter of ``modules``
+    (1e-4) under the loss sum(out^2). Parameters whose name ends with one of
+    ``zero_grads`` have an exact gradient of 0 (a bias the softmax cancels):
+    both sides' must be rounding noise (< 1e-5)."""
+    named = [("x", x)] + [(f"{i}.{n}", p) for i, module in enumerate(modules)
+                          for n, p in module.named_parameters()]
+    params = [p for _, p in named]
+    expected = forward(x)
+    expected_grads = torch.autograd.grad(expected.square().sum(), params)
+    got = torch.compile(forward)(x)
+    grads = torch.autograd.grad(got.square().sum(), params)
+    assert relative_error(got, expected) < 1e-5
+    for (name, _), got_grad, want in zip(named, grads, expected_grads):
+        if name.endswith(tuple(zero_grads)):
+            assert got_grad.abs().max() < 1e-5 and want.abs().max() < 1e-5, name
+        else:
+            assert relative_error(got_grad, want) < 1e-4, name
+
+
 def assert_reference_under_autograd(op, inputs, grad, out, lse, grads, function_name):
     """``op(*leaves)`` -> (out, lse), on clones of ``inputs`` that record a
     gradient, runs through torch's autograd (no ``function_name`` node, lse
