@@ -81,22 +81,19 @@ def slot_gradient(packed: Optional[Tensor]) -> Optional[Tensor]:
     projection [nodes, slots, heads, channels] whose slots are the op's
     node inputs): a fresh tensor of its shape, each slot's gradient written
     into its own slot in place (no stack of separate gradients, no copy).
-    None where nothing is packed, and under torch.compile, where the custom
-    ops return separate gradients (:func:`stack_slots` joins them)."""
-    if packed is None or torch.compiler.is_compiling():
+    None where nothing is packed, where the kernels do not take its head
+    size (the reference returns separate gradients) and under torch.compile
+    (the custom ops do): :func:`stack_slots` joins those."""
+    if packed is None or torch.compiler.is_compiling() or not kernels_take(packed[:, 0]):
         return None
     return torch.empty(packed.shape, dtype=packed.dtype, device=packed.device)
 
 
 def stack_slots(gradient: Optional[Tensor], slot_grads: Sequence[Tensor]) -> Tensor:
     """The gradient of a packed input: ``gradient`` where the kernels wrote
-    the slots in place (:func:`slot_gradient`), else the slots' gradients
-    stacked (torch.compile, or the reference where the kernels do not take
-    the head size)."""
-    if gradient is not None and all(
-            g.data_ptr() == s.data_ptr() for g, s in zip(slot_grads, gradient.unbind(1))):
-        return gradient
-    return torch.stack(list(slot_grads), dim=1)
+    the slots in place (:func:`slot_gradient`), else the slots' separate
+    gradients stacked."""
+    return gradient if gradient is not None else torch.stack(list(slot_grads), dim=1)
 
 
 def check_hub_quantile(hub_quantile: float, who: str) -> None:
