@@ -19,6 +19,12 @@
     differences in the last bits).
     Set from the environment variable PYG_IOAWARE_SPMM_BACKWARD too.
 
+``native_autograd``: run the SpMM family's autograd in C++ (the optional
+    extension module of cuda/autograd, see pyg_ioaware._native_autograd)
+    wherever it is built for the running torch and applies; off: the Python
+    autograd.Function everywhere (the same results, bitwise; more host time
+    a call). On by default; PYG_IOAWARE_NATIVE_AUTOGRAD=0 turns it off.
+
 ``autotune``: time every supported backend the first time a shape class is
     met and keep the fastest (persisted; see ops.tuning). Off by default: the
     heuristic choice costs nothing. Also on with PYG_IOAWARE_AUTOTUNE=1.
@@ -33,3 +39,5 @@ if spmm_backward not in SPMM_BACKWARD_MODES:
                      f"{SPMM_BACKWARD_MODES}")
 
 autotune = False
+
+native_autograd = os.environ.get("PYG_IOAWARE_NATIVE_AUTOGRAD", "1") != "0"

@@ -36,12 +36,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _native
+from .. import _native, _native_autograd, config
 from ..graph import entry_rows
-from . import checks
+from . import checks, tuning
 from .bias_gradient import column_sums
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
-from .spmm_backends import SpmmCall, run_spmm
+from .spmm_backends import FAMILY, OwnCsrBackend, SpmmCall, own_degree_bound, run_spmm
 
 
 def _check_spmm(rowptr, col, values, x, num_out: int, transpose: bool, bias=None) -> None:
@@ -185,13 +185,76 @@ class LazyTranspose:
         state = self.graph.state
         if state.transpose is None and not torch.are_deterministic_algorithms_enabled():
             task = torch._C._current_graph_task_id()
-            if state.first_backward_task is None:
-                state.first_backward_task = task
-            if (state.first_backward_task == task
-                    and self.graph.num_edges * width < self.MATERIALIZE_WORK):
+            cell = state.backward_task_cell()
+            first = cell.item()
+            if first < 0:
+                first = task
+                cell.fill_(task)
+            if first == task and self.graph.num_edges * width < self.MATERIALIZE_WORK:
                 return None, None, None
         t = self.graph.transpose
         return t.rowptr, t.col, self.edge_values.values_t
+
+
+# ------------------------------------------------------- autograd in C++
+class NativeAutogradFallback:
+    """What the C++ SpMM autograd (cuda/autograd/spmm_autograd.cpp) asks
+    Python for: the graph's CSR^T where its lazy rule (LazyTranspose's)
+    wants one, and, for a backward that records a graph (create_graph=True),
+    SpmmFunction's differentiable dX = A^T dY and db = column sums of dY."""
+
+    def __init__(self, graph, edge_values):
+        self.graph = graph
+        self.edge_values = edge_values
+
+    def transpose(self) -> tuple:
+        """(rowptr_t, col_t, values_t, degree bound) of the CSR^T."""
+        t = self.graph.transpose
+        return t.rowptr, t.col, self.edge_values.values_t, own_degree_bound(t.rowptr)
+
+    def differentiable_backward(self, grad_out: Tensor) -> tuple:
+        graph, t = self.graph, self.graph.transpose
+        grad_x = SpmmFunction.apply(t.rowptr, t.col, self.edge_values.values_t, graph.rowptr,
+                                    graph.col, self.edge_values.values, grad_out, False,
+                                    graph.num_src)
+        return grad_x, column_sums(grad_out)
+
+
+#: Feature dtypes the C++ autograd takes (float64 stays on the Python path).
+NATIVE_AUTOGRAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
+                         backward: str) -> Optional[Tensor]:
+    """``SpmmFunction`` over ``graph`` (Y = A X + b, the values needing no
+    gradient) with its autograd in C++ (pyg_ioaware._native_autograd)
+    where that applies, else None. It applies in eager mode on CUDA with
+    config.native_autograd on and the extension loaded, for 16/32-bit
+    features, a non-empty problem, config.spmm_backward ``"auto"`` (the
+    same lazy CSR^T rule) or ``"materialized"``, where the tuner gives the
+    kernels of our own every SpMM the call and its backward may run. The
+    deterministic flag is read at the forward."""
+    if not (config.native_autograd and x.is_cuda and backward in ("auto", "materialized")
+            and x.dtype in NATIVE_AUTOGRAD_DTYPES and not edge_values.values.requires_grad
+            and not torch.compiler.is_compiling()):
+        return None
+    extension = _native_autograd.extension()
+    nnz, width = graph.num_edges, x.size(1)
+    if extension is None or nnz == 0 or width == 0 or graph.num_src == 0:
+        return None
+    for direction, rows in (("forward", graph.num_dst), ("transposed", graph.num_dst),
+                            ("forward", graph.num_src)):
+        backend = tuning.untimed_choice(FAMILY, direction, width, x.dtype, x.device, nnz, rows)
+        if backend is None or backend.name != OwnCsrBackend.name:
+            return None
+    fallback = NativeAutogradFallback(graph, edge_values)
+    has_transpose = backward == "materialized" or graph.state.transpose is not None
+    a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
+    x = x if x.stride(1) == 1 else x.contiguous()
+    return extension.spmm(x, None if bias is None else bias.contiguous(), a,
+                          fallback.transpose() if has_transpose else None, graph.num_src,
+                          graph.state.backward_task_cell(), LazyTranspose.MATERIALIZE_WORK,
+                          torch.are_deterministic_algorithms_enabled(), fallback)
 
 
 # ------------------------------------------------------------------ SDDMM

@@ -145,14 +145,21 @@ class OwnCsrBackend:
         if call.transpose:  # the transposed kernel takes no bias
             _native.spmm_csr(call.rowptr, call.col, call.values, x, None, out, True, False)
             return _add_bias(out, call.bias)
-        state = call.state if call.state is not None else known_structure_state(call.rowptr)
-        bound = None if state is None else state.known_degree_bound()
-        if bound is None and state is not None:
-            state.request_degree_bound(call.rowptr)
         _native.spmm_csr(call.rowptr, call.col, call.values, x, call.bias, out, False,
                          torch.are_deterministic_algorithms_enabled(),
-                         -1 if bound is None else bound)
+                         own_degree_bound(call.rowptr, call.state))
         return out
+
+
+def own_degree_bound(rowptr: Tensor, state: Optional[StructureState] = None) -> int:
+    """The longest row the kernels of our own may assume for the structure
+    of ``rowptr`` (-1: not known yet). Where its state has none, a read of
+    it is started for the next call (StructureState.request_degree_bound)."""
+    state = state if state is not None else known_structure_state(rowptr)
+    bound = None if state is None else state.known_degree_bound()
+    if bound is None and state is not None:
+        state.request_degree_bound(rowptr)
+    return -1 if bound is None else bound
 
 
 class CusparsePlan:

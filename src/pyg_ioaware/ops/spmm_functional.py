@@ -18,7 +18,7 @@ from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
 from .normalize import normalized_values, weights_in_csr_order
-from .spmm import LazyTranspose, SpmmFunction, spmm_trusted
+from .spmm import LazyTranspose, SpmmFunction, native_autograd_spmm, spmm_trusted
 
 FLOWS = ("source_to_target", "target_to_source")
 
@@ -91,6 +91,9 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     if backward == "auto" and torch.compiler.is_compiling():
         # Traced code cannot decide later: the CSR^T if the graph has one.
         backward = "materialized" if graph.state.transpose is not None else "transpose"
+    native = native_autograd_spmm(graph, edge_values, x, bias, backward)
+    if native is not None:
+        return native
     if backward == "materialized":
         t = graph.transpose
         return SpmmFunction.apply(*a, t.rowptr, t.col, edge_values.values_t, x, False,

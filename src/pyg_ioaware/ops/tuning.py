@@ -253,6 +253,22 @@ def choose_for_call(family: str, direction: str, width: int, dtype: torch.dtype,
     return backend
 
 
+def untimed_choice(family: str, direction: str, width: int, dtype: torch.dtype,
+                   device: torch.device, nnz: int, rows: int) -> Optional[Backend]:
+    """The backend :func:`choose_for_call` gives a call of these sizes where
+    that needs no timing (a decided class, a pinned backend, autotune off);
+    None where the call would autotune first."""
+    parts = (family, direction, dtype, device) + _buckets(width, nnz, rows)
+    pinned = os.environ.get(ENV_BACKEND.format(family=family.upper()))
+    if not pinned and autotune_enabled() and parts not in _CHOSEN_BY_PARTS:
+        return None
+    return choose_for_call(family, direction, width, dtype, device, nnz, rows, _never_timed)
+
+
+def _never_timed(backend: Backend) -> float:
+    raise AssertionError(f"untimed_choice timed {backend.name}")
+
+
 def time_cuda_ms(run: Callable[[], None], device: torch.device,
                  runs: int = TIMED_RUNS) -> float:
     """Mean ms of ``run`` over ``runs`` calls after one warm-up (CUDA events)."""

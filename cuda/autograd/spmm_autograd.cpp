@@ -1,0 +1,243 @@
+// The SpMM family's autograd in C++: the host side of a training step on a
+// small graph, where Python's autograd.Function costs more than the kernels.
+//
+//   forward:  Y = A X + b          (A = rowptr, col, values; CSR, rows of Y)
+//   backward: dX = A^T dY          over the CSR^T (rowptr_t, col_t, values_t)
+//                                  where given, else as a transposed SpMM
+//                                  over A (the lazy rule below)
+//             db = column sums of dY, fp32 accumulation
+//
+// Built as the Python extension module pyg_ioaware._native_autograd_ext
+// against the torch it runs with (the C++ ABI is torch's), and called only
+// by ops.spmm_functional on inputs it has already checked (a Graph's
+// structure, node features checked against it). The kernels are the native
+// library's: its entry points come in as addresses (set_native), so this
+// module links nothing of ours. Everything that needs Python (building a
+// CSR^T, a backward that records a graph for a double backward) goes back
+// to the Python object `fallback` (ops.spmm.NativeAutogradFallback).
+#include <torch/extension.h>
+
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/autograd/graph_task.h>
+
+#include <string>
+
+#include "pyg_ioaware.h"
+
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct Native {
+  int (*spmm_csr)(const pygio_spmm_csr_params*) = nullptr;
+  int (*spmm_csr_workspace_size)(const pygio_spmm_csr_params*, size_t*) = nullptr;
+  const char* (*last_error)() = nullptr;
+  int64_t gemv_min_elements = 0;  // ops.bias_gradient.MIN_GEMV_SUM_ELEMENTS
+};
+Native native;
+
+void check(int status, const char* what) {
+  TORCH_CHECK(status == PYGIO_OK, "pyg_ioaware native error ", status, " in ", what, ": ",
+              native.last_error());
+}
+
+int32_t dtype_code(c10::ScalarType type) {
+  switch (type) {
+    case c10::kFloat: return PYGIO_FLOAT32;
+    case c10::kDouble: return PYGIO_FLOAT64;
+    case c10::kHalf: return PYGIO_FLOAT16;
+    case c10::kBFloat16: return PYGIO_BFLOAT16;
+    default: TORCH_CHECK(false, "pyg_ioaware native SpMM: unsupported dtype ", type);
+  }
+}
+
+// One CSR matrix with its values and the longest row it is known to have.
+struct Csr {
+  Tensor rowptr, col, values;
+  int64_t degree_bound;  // -1: not known
+};
+
+// Y = op(A) x (+ bias) by the native kernel on torch's current stream; A has
+// num_cols columns. transpose: Y = A^T x (no bias).
+Tensor spmm(const Csr& a, int64_t num_cols, const Tensor& x, const Tensor& bias,
+            bool transpose, bool deterministic) {
+  const int64_t rows = a.rowptr.numel() - 1;
+  Tensor out = torch::empty({transpose ? num_cols : rows, x.size(1)}, x.options());
+  pygio_spmm_csr_params p{};
+  p.struct_size = sizeof(p);
+  p.dtype = dtype_code(x.scalar_type());
+  p.values_dtype = dtype_code(a.values.scalar_type());
+  p.device = x.get_device();
+  p.transpose = transpose;
+  p.deterministic = deterministic;
+  p.a = pygio_csr{a.rowptr.data_ptr(), a.col.data_ptr(), rows, num_cols, a.col.numel(),
+                  a.rowptr.scalar_type() == c10::kInt ? 32 : 64};
+  p.degree_bound = transpose ? -1 : a.degree_bound;
+  p.width = x.size(1);
+  p.values = a.values.data_ptr();
+  p.x = x.data_ptr();
+  p.x_row_stride = x.stride(0);
+  p.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  p.y = out.data_ptr();
+  p.y_row_stride = out.stride(0);
+  p.stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  size_t bytes = 0;
+  check(native.spmm_csr_workspace_size(&p, &bytes), "pygio_spmm_csr_workspace_size");
+  Tensor workspace;
+  if (bytes > 0) {
+    workspace = torch::empty({static_cast<int64_t>(bytes)}, x.options().dtype(torch::kUInt8));
+    p.workspace = workspace.data_ptr();
+  }
+  check(native.spmm_csr(&p), "pygio_spmm_csr");
+  return out;
+}
+
+// ops.bias_gradient.column_sums: dY^T 1 (a GEMV) for large fp32 / fp64,
+// else a sum accumulated in fp32; in dY's dtype.
+Tensor column_sums(const Tensor& grad) {
+  const bool wide = grad.scalar_type() == c10::kFloat || grad.scalar_type() == c10::kDouble;
+  if (wide && grad.numel() >= native.gemv_min_elements) {
+    return torch::mv(grad.t(), torch::ones({grad.size(0)}, grad.options()));
+  }
+  const auto accumulate = grad.scalar_type() == c10::kDouble ? c10::kDouble : c10::kFloat;
+  return grad.sum(0, false, accumulate).to(grad.scalar_type());
+}
+
+Csr csr_from_python(const py::handle& parts) {
+  auto tuple = parts.cast<py::tuple>();
+  return Csr{tuple[0].cast<Tensor>(), tuple[1].cast<Tensor>(), tuple[2].cast<Tensor>(),
+             tuple[3].cast<int64_t>()};
+}
+
+// A Python object kept in an autograd context's saved_data (an IValue
+// capsule); released with the GIL, from whichever thread frees the context.
+struct PythonObject : torch::CustomClassHolder {
+  explicit PythonObject(py::object object) : object(std::move(object)) {}
+  ~PythonObject() override {
+    py::gil_scoped_acquire gil;
+    object = py::object();
+  }
+  py::object object;
+};
+
+c10::IValue hold(const py::object& object) {
+  return c10::IValue::make_capsule(c10::make_intrusive<PythonObject>(object));
+}
+
+// The object `hold` saved (the GIL held).
+py::object python_object(const c10::IValue& value) {
+  return static_cast<PythonObject*>(value.toCapsule().get())->object;
+}
+
+class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
+ public:
+  // first_task: a CPU int64 cell shared by every SpMM over this graph
+  // (GraphState.backward_task): the autograd run of its first backward pass.
+  // bias is optional: an undefined tensor cannot be an autograd input.
+  static Tensor forward(AutogradContext* ctx, const Tensor& x,
+                        const c10::optional<Tensor>& bias, Csr a,
+                        Csr a_t, int64_t num_cols, Tensor first_task,
+                        int64_t materialize_work, bool deterministic,
+                        const py::object& fallback) {
+    ctx->saved_data["has_bias"] = bias.has_value();
+    ctx->saved_data["num_cols"] = num_cols;
+    ctx->saved_data["deterministic"] = deterministic;
+    ctx->saved_data["materialize_work"] = materialize_work;
+    ctx->saved_data["degree_bound"] = a.degree_bound;
+    ctx->saved_data["degree_bound_t"] = a_t.degree_bound;
+    ctx->saved_data["first_task"] = first_task;
+    ctx->saved_data["fallback"] = hold(fallback);
+    ctx->save_for_backward({a.rowptr, a.col, a.values, a_t.rowptr, a_t.col, a_t.values});
+    return spmm(a, num_cols, x, bias.value_or(Tensor()), false, deterministic);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // needs_input_grad counts tensor inputs only: x, then bias where given.
+    const bool needs_x = ctx->needs_input_grad(0);
+    const bool needs_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(1);
+    const Tensor grad = grads[0].contiguous();
+    const int64_t num_x = ctx->saved_data["num_cols"].toInt();
+    Tensor grad_x, grad_bias;
+    if (torch::GradMode::is_enabled()) {  // create_graph: a backward that records
+      py::gil_scoped_acquire gil;
+      auto fallback = python_object(ctx->saved_data["fallback"]);
+      auto result = fallback.attr("differentiable_backward")(grad).cast<py::tuple>();
+      grad_x = needs_x ? result[0].cast<Tensor>() : Tensor();
+      grad_bias = needs_bias ? result[1].cast<Tensor>() : Tensor();
+      return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
+              Tensor()};
+    }
+    if (needs_x) {
+      auto saved = ctx->get_saved_variables();
+      Csr a{saved[0], saved[1], saved[2], ctx->saved_data["degree_bound"].toInt()};
+      Csr a_t{saved[3], saved[4], saved[5], ctx->saved_data["degree_bound_t"].toInt()};
+      const bool deterministic = ctx->saved_data["deterministic"].toBool();
+      if (!a_t.rowptr.defined() && !transposed_over_a(ctx, a, grad.size(1), deterministic)) {
+        py::gil_scoped_acquire gil;
+        a_t = csr_from_python(python_object(ctx->saved_data["fallback"]).attr("transpose")());
+      }
+      grad_x = a_t.rowptr.defined() ? spmm(a_t, a.rowptr.numel() - 1, grad, Tensor(), false,
+                                           deterministic)
+                                    : spmm(a, num_x, grad, Tensor(), true, false);
+    }
+    if (needs_bias) grad_bias = column_sums(grad);
+    return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
+            Tensor()};
+  }
+
+ private:
+  // ops.spmm.LazyTranspose's rule: the graph's first backward pass runs the
+  // transposed SpMM over A where the work is small; a later pass, a large
+  // one or a deterministic one gets the CSR^T.
+  static bool transposed_over_a(AutogradContext* ctx, const Csr& a, int64_t width,
+                                bool deterministic) {
+    if (deterministic) return false;
+    Tensor cell = ctx->saved_data["first_task"].toTensor();
+    int64_t* first = cell.data_ptr<int64_t>();
+    const int64_t task = torch::autograd::get_current_graph_task_id();
+    if (*first < 0) *first = task;
+    return *first == task &&
+           a.col.numel() * width < ctx->saved_data["materialize_work"].toInt();
+  }
+};
+
+Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
+                     const py::tuple& a, const py::object& a_t, int64_t num_cols,
+                     const Tensor& first_task, int64_t materialize_work, bool deterministic,
+                     const py::object& fallback) {
+  TORCH_CHECK(native.spmm_csr != nullptr, "pyg_ioaware native autograd: set_native first");
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.stride(1) == 1,
+              "pyg_ioaware native autograd: x must be a 2-D CUDA tensor of inner stride 1");
+  TORCH_CHECK(first_task.device().is_cpu() && first_task.scalar_type() == c10::kLong &&
+                  first_task.numel() == 1,
+              "pyg_ioaware native autograd: first_task must be a CPU int64 cell");
+  Csr transposed{Tensor(), Tensor(), Tensor(), -1};
+  if (!a_t.is_none()) transposed = csr_from_python(a_t);
+  return SpmmFunction::apply(x, bias, csr_from_python(a), transposed,
+                             num_cols, first_task, materialize_work, deterministic, fallback);
+}
+
+void set_native(int64_t spmm_csr, int64_t workspace_size, int64_t last_error,
+                int64_t gemv_min_elements) {
+  native.spmm_csr = reinterpret_cast<decltype(native.spmm_csr)>(spmm_csr);
+  native.spmm_csr_workspace_size =
+      reinterpret_cast<decltype(native.spmm_csr_workspace_size)>(workspace_size);
+  native.last_error = reinterpret_cast<decltype(native.last_error)>(last_error);
+  native.gemv_min_elements = gemv_min_elements;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native_autograd_ext, m) {
+  m.doc() = "pyg_ioaware's SpMM autograd in C++ (see cuda/autograd/spmm_autograd.cpp)";
+  m.attr("TORCH_VERSION") = TORCH_VERSION;
+  m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
+  m.def("set_native", &set_native, "the native library's entry points, as addresses");
+  m.def("spmm", &spmm_autograd,
+        "Y = A X + b with its backward in C++ (see the file's header)", py::arg("x"),
+        py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
+        py::arg("first_task"), py::arg("materialize_work"), py::arg("deterministic"),
+        py::arg("fallback"));
+}

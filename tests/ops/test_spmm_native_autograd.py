@@ -1,0 +1,164 @@
+"""The SpMM family's autograd in C++ (cuda/autograd, pyg_ioaware._native_autograd)
+against the Python autograd.Function it stands in for: the same outputs
+and gradients (bitwise where no atomics add in another order), the same
+lazy CSR^T rule, a double backward, and the cases it leaves to Python."""
+import os
+
+import pytest
+import torch
+
+from _helpers import random_graph, relative_error
+from pyg_ioaware import Graph, config, ops
+from pyg_ioaware import _native_autograd
+from pyg_ioaware.nn import GCNConv
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture
+def extension():
+    """The loaded extension, with its spmm counting calls; skips where it is
+    not built for this torch (fails where $PYG_IOAWARE_AUTOGRAD_LIB names
+    one: then it must load)."""
+    if os.environ.get(_native_autograd.ENV_MODULE_PATH):
+        assert _native_autograd.extension() is not None
+    module = _native_autograd.extension()
+    if module is None:
+        pytest.skip("the C++ autograd extension is not built for this torch")
+    return module
+
+
+@pytest.fixture
+def calls(extension, monkeypatch):
+    """How many times the C++ SpMM ran."""
+    count = {"spmm": 0}
+    spmm = extension.spmm
+
+    def counted(*args, **kwargs):
+        count["spmm"] += 1
+        return spmm(*args, **kwargs)
+
+    monkeypatch.setattr(extension, "spmm", counted)
+    return count
+
+
+def gcn_step(edge_index, x, conv, grad_out, native, monkeypatch, create_graph=False):
+    """out, dX, dW, db of one GCNConv call with the C++ autograd on or off."""
+    monkeypatch.setattr(config, "native_autograd", native)
+    x = x.detach().clone().requires_grad_()
+    out = conv(x, edge_index)
+    grads = torch.autograd.grad(out, (x, conv.lin.weight, conv.bias), grad_out,
+                                create_graph=create_graph)
+    return (out, *grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("width", [7, 64, 130])
+def test_gcn_matches_the_python_function(calls, monkeypatch, dtype, width):
+    """A new graph every call (the transposed SpMM in backward), hubs far
+    above the split degree, degree-0 nodes, loops and duplicates."""
+    torch.manual_seed(0)
+    edge_index = random_graph(700, 700, 6000, seed=3, hub_degree=3000).cuda()
+    conv = GCNConv(32, width).cuda().to(dtype)
+    torch.nn.init.normal_(conv.bias)
+    x = torch.randn(700, 32, device="cuda", dtype=dtype)
+    grad_out = torch.randn(700, width, device="cuda", dtype=dtype)
+    python = gcn_step(edge_index.clone(), x, conv, grad_out, False, monkeypatch)
+    assert calls["spmm"] == 0
+    native = gcn_step(edge_index.clone(), x, conv, grad_out, True, monkeypatch)
+    assert calls["spmm"] == 1
+    assert torch.equal(native[3], python[3])  # db: the same column sums of one dY
+    # The hub's chunks and the transposed SpMM add with atomics, in any order.
+    tolerance = 1e-6 if dtype == torch.float32 else 1e-2
+    for a, b in zip(native[:3], python[:3]):
+        assert relative_error(a, b) < tolerance
+
+
+def test_reused_graph_builds_the_transpose_once(calls, monkeypatch):
+    """The lazy rule: the first backward pass over a graph scatters, a later
+    one builds the CSR^T (through Python, once), and later forwards pass it."""
+    edge_index = random_graph(300, 300, 2000, seed=5).cuda()
+    graph = Graph.from_edge_index(edge_index, 300)
+    x = torch.randn(300, 16, device="cuda", requires_grad=True)
+    grads = []
+    for _ in range(3):
+        out = ops.aggregate(ops.aggregate(x, graph, "mean").relu(), graph, "mean")
+        grads.append(torch.autograd.grad(out.square().sum(), x)[0])
+        if len(grads) == 1:
+            assert graph.state.transpose is None
+    assert graph.state.transpose is not None
+    assert calls["spmm"] == 6
+    assert relative_error(grads[1], grads[0]) < 1e-6
+    assert relative_error(grads[2], grads[1]) < 1e-6
+
+
+@pytest.mark.parametrize("mode", ["materialized", "deterministic"])
+def test_csr_transpose_modes_match_python(calls, monkeypatch, mode):
+    """Backward over the CSR^T; with deterministic algorithms (no atomics
+    anywhere) bitwise the Python path's."""
+    if mode == "materialized":
+        monkeypatch.setattr(config, "spmm_backward", "materialized")
+    else:
+        torch.use_deterministic_algorithms(True)
+    try:
+        edge_index = random_graph(500, 500, 4000, seed=7, hub_degree=2000).cuda()
+        conv = GCNConv(24, 40).cuda()
+        x = torch.randn(500, 24, device="cuda")
+        grad_out = torch.randn(500, 40, device="cuda")
+        python = gcn_step(edge_index.clone(), x, conv, grad_out, False, monkeypatch)
+        native = gcn_step(edge_index.clone(), x, conv, grad_out, True, monkeypatch)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert calls["spmm"] == 1
+    for a, b in zip(native, python):
+        if mode == "deterministic":
+            assert torch.equal(a, b)
+        else:
+            assert relative_error(a, b) < 1e-6
+
+
+def test_large_bias_gradient_takes_the_gemv(calls, monkeypatch):
+    """db as ops.bias_gradient.column_sums computes it at 2^21 elements and
+    more (a GEMV), bitwise."""
+    edge_index = random_graph(20000, 20000, 60000, seed=9).cuda()
+    conv = GCNConv(16, 128).cuda()
+    x = torch.randn(20000, 16, device="cuda")
+    grad_out = torch.randn(20000, 128, device="cuda")
+    python = gcn_step(edge_index, x, conv, grad_out, False, monkeypatch)
+    native = gcn_step(edge_index.clone(), x, conv, grad_out, True, monkeypatch)
+    assert calls["spmm"] == 1
+    assert torch.equal(native[3], python[3])
+
+
+def test_double_backward_goes_through_python(calls, monkeypatch):
+    """create_graph=True: the C++ backward hands over to SpmmFunction, so a
+    gradient of the gradient is the Python path's."""
+    edge_index = random_graph(200, 200, 1500, seed=11).cuda()
+    conv = GCNConv(8, 12).cuda()
+    x = torch.randn(200, 8, device="cuda")
+    grad_out = torch.randn(200, 12, device="cuda")
+    results = {}
+    for native in (False, True):
+        _, grad_x, _, _ = gcn_step(edge_index.clone(), x, conv, grad_out, native, monkeypatch,
+                                   create_graph=True)
+        results[native] = torch.autograd.grad(grad_x.square().sum(), conv.lin.weight)[0]
+    assert calls["spmm"] == 1
+    assert relative_error(results[True], results[False]) < 1e-6
+
+
+def test_cases_left_to_python(calls, monkeypatch):
+    """float64, edge weights that need a gradient, config off and
+    torch.compile's tracing stay on the Python Function."""
+    edge_index = random_graph(100, 100, 600, seed=13).cuda()
+    x64 = torch.randn(100, 8, device="cuda", dtype=torch.float64, requires_grad=True)
+    ops.gcn_adjacency(edge_index, 100).propagate(x64).sum().backward()
+    weight = torch.rand(edge_index.size(1), device="cuda", requires_grad=True)
+    x = torch.randn(100, 8, device="cuda", requires_grad=True)
+    ops.gcn_adjacency(edge_index, 100, weight).propagate(x).sum().backward()
+    assert weight.grad is not None
+    monkeypatch.setattr(config, "native_autograd", False)
+    ops.gcn_adjacency(edge_index, 100).propagate(x).sum().backward()
+    assert calls["spmm"] == 0
+    monkeypatch.setattr(config, "native_autograd", True)
+    ops.gcn_adjacency(edge_index, 100).propagate(x).sum().backward()
+    assert calls["spmm"] == 1
