@@ -133,12 +133,9 @@ py::object python_object(const c10::IValue& value) {
 
 class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
  public:
-  // first_task: a CPU int64 cell shared by every SpMM over this graph
-  // (GraphState.backward_task): the autograd run of its first backward pass.
   // bias is optional: an undefined tensor cannot be an autograd input.
   static Tensor forward(AutogradContext* ctx, const Tensor& x,
-                        const c10::optional<Tensor>& bias, Csr a,
-                        Csr a_t, int64_t num_cols, Tensor first_task,
+                        const c10::optional<Tensor>& bias, Csr a, Csr a_t, int64_t num_cols,
                         int64_t materialize_work, bool deterministic,
                         const py::object& fallback) {
     ctx->saved_data["has_bias"] = bias.has_value();
@@ -147,7 +144,6 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     ctx->saved_data["materialize_work"] = materialize_work;
     ctx->saved_data["degree_bound"] = a.degree_bound;
     ctx->saved_data["degree_bound_t"] = a_t.degree_bound;
-    ctx->saved_data["first_task"] = first_task;
     ctx->saved_data["fallback"] = hold(fallback);
     ctx->save_for_backward({a.rowptr, a.col, a.values, a_t.rowptr, a_t.col, a_t.values});
     return spmm(a, num_cols, x, bias.value_or(Tensor()), false, deterministic);
@@ -166,8 +162,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
       auto result = fallback.attr("differentiable_backward")(grad).cast<py::tuple>();
       grad_x = needs_x ? result[0].cast<Tensor>() : Tensor();
       grad_bias = needs_bias ? result[1].cast<Tensor>() : Tensor();
-      return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
-              Tensor()};
+      return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     }
     if (needs_x) {
       auto saved = ctx->get_saved_variables();
@@ -183,40 +178,39 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
                                     : spmm(a, num_x, grad, Tensor(), true, false);
     }
     if (needs_bias) grad_bias = column_sums(grad);
-    return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor(),
-            Tensor()};
+    return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 
  private:
-  // ops.spmm.LazyTranspose's rule: the graph's first backward pass runs the
-  // transposed SpMM over A where the work is small; a later pass, a large
-  // one or a deterministic one gets the CSR^T.
+  // ops.spmm.LazyTranspose's rule, on the graph's state (fallback.state,
+  // read and written under the GIL): the graph's first backward pass runs
+  // the transposed SpMM over A where the work is small; a later pass, a
+  // large one, a deterministic one, or one after the CSR^T was built gets
+  // the CSR^T.
   static bool transposed_over_a(AutogradContext* ctx, const Csr& a, int64_t width,
                                 bool deterministic) {
     if (deterministic) return false;
-    Tensor cell = ctx->saved_data["first_task"].toTensor();
-    int64_t* first = cell.data_ptr<int64_t>();
+    py::gil_scoped_acquire gil;
+    py::object state = python_object(ctx->saved_data["fallback"]).attr("state");
+    if (!state.attr("transpose").is_none()) return false;
     const int64_t task = torch::autograd::get_current_graph_task_id();
-    if (*first < 0) *first = task;
-    return *first == task &&
-           a.col.numel() * width < ctx->saved_data["materialize_work"].toInt();
+    py::object first = state.attr("first_backward_task");
+    if (first.is_none()) state.attr("first_backward_task") = task;
+    const bool small = a.col.numel() * width < ctx->saved_data["materialize_work"].toInt();
+    return small && (first.is_none() || first.cast<int64_t>() == task);
   }
 };
 
 Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
                      const py::tuple& a, const py::object& a_t, int64_t num_cols,
-                     const Tensor& first_task, int64_t materialize_work, bool deterministic,
-                     const py::object& fallback) {
+                     int64_t materialize_work, bool deterministic, const py::object& fallback) {
   TORCH_CHECK(native.spmm_csr != nullptr, "pyg_ioaware native autograd: set_native first");
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.stride(1) == 1,
               "pyg_ioaware native autograd: x must be a 2-D CUDA tensor of inner stride 1");
-  TORCH_CHECK(first_task.device().is_cpu() && first_task.scalar_type() == c10::kLong &&
-                  first_task.numel() == 1,
-              "pyg_ioaware native autograd: first_task must be a CPU int64 cell");
   Csr transposed{Tensor(), Tensor(), Tensor(), -1};
   if (!a_t.is_none()) transposed = csr_from_python(a_t);
-  return SpmmFunction::apply(x, bias, csr_from_python(a), transposed,
-                             num_cols, first_task, materialize_work, deterministic, fallback);
+  return SpmmFunction::apply(x, bias, csr_from_python(a), transposed, num_cols,
+                             materialize_work, deterministic, fallback);
 }
 
 void set_native(int64_t spmm_csr, int64_t workspace_size, int64_t last_error,
@@ -238,6 +232,5 @@ PYBIND11_MODULE(_native_autograd_ext, m) {
   m.def("spmm", &spmm_autograd,
         "Y = A X + b with its backward in C++ (see the file's header)", py::arg("x"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
-        py::arg("first_task"), py::arg("materialize_work"), py::arg("deterministic"),
-        py::arg("fallback"));
+        py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
 }

@@ -744,19 +744,20 @@ def spmm_preprocess(handle: int, values: Tensor, x: Tensor, out: Tensor,
     check(library().pygio_spmm_preprocess(ctypes.byref(params)))
 
 
-_SPMM_CSR_PARAMS = threading.local()
+_REUSED_PARAMS = threading.local()
 
 
-def _spmm_csr_params() -> SpmmCsrParams:
-    """This thread's ``pygio_spmm_csr_params``, reused call after call:
-    filling fields costs a third of building a struct anew, and the SpMM of
-    a small graph is bound by such host costs."""
-    params = getattr(_SPMM_CSR_PARAMS, "params", None)
-    if params is None:
-        params = _SPMM_CSR_PARAMS.params = SpmmCsrParams(
-            struct_size=ctypes.sizeof(SpmmCsrParams))
-        _SPMM_CSR_PARAMS.ref = ctypes.byref(params)
-    return params
+def _reused_params(cls: type) -> tuple:
+    """(params, byref) of this thread's ``cls`` struct, reused call after
+    call: filling fields costs a third of building a struct anew, and the
+    ops of a small graph are bound by such host costs. Every caller sets
+    every field it reads (struct_size is set once)."""
+    entry = getattr(_REUSED_PARAMS, cls.__name__, None)
+    if entry is None:
+        params = cls(struct_size=ctypes.sizeof(cls))
+        entry = (params, ctypes.byref(params))
+        setattr(_REUSED_PARAMS, cls.__name__, entry)
+    return entry
 
 
 def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optional[Tensor],
@@ -770,7 +771,7 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optio
     if rowptr.dtype != col.dtype:
         raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
                         f"index dtype")
-    p = _spmm_csr_params()
+    p, ref = _reused_params(SpmmCsrParams)
     p.dtype, p.values_dtype = _dtype_code(x.dtype), _dtype_code(values.dtype)
     p.device, p.transpose, p.deterministic = x.device.index, transpose, deterministic
     p.degree_bound = degree_bound
@@ -780,7 +781,6 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optio
     p.x, p.x_row_stride = x.data_ptr(), _row_stride(x, "x")
     p.y, p.y_row_stride = out.data_ptr(), _row_stride(out, "out")
     p.workspace, p.stream = None, stream_of(x)
-    ref = _SPMM_CSR_PARAMS.ref
     size = ctypes.c_size_t()
     check(lib.pygio_spmm_csr_workspace_size(ref, ctypes.byref(size)))
     workspace = None
@@ -1052,26 +1052,25 @@ def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
              origin: Optional[Tensor], deg_inv_sqrt: Tensor, values: Tensor) -> None:
     """Enqueues GCN's symmetric normalization of a square CSR graph into
     ``values`` (contract: pygio_gcn_norm in pyg_ioaware.h)."""
-    num_nodes = rowptr.numel() - 1
-    params = GcnNormParams(struct_size=ctypes.sizeof(GcnNormParams),
-                           dtype=_dtype_code(values.dtype), device=rowptr.device.index,
-                           a=_csr(rowptr, col, num_nodes), row=row.data_ptr(),
-                           weight=pointer(weight), origin=_int64_pointer(origin),
-                           deg_inv_sqrt=deg_inv_sqrt.data_ptr(), values=values.data_ptr(),
-                           stream=stream_of(rowptr))
-    check(library().pygio_gcn_norm(ctypes.byref(params)))
+    p, ref = _reused_params(GcnNormParams)
+    p.dtype, p.device = _dtype_code(values.dtype), rowptr.device.index
+    p.a, p.row = _csr(rowptr, col, rowptr.numel() - 1), row.data_ptr()
+    p.weight, p.origin = pointer(weight), _int64_pointer(origin)
+    p.deg_inv_sqrt, p.values = deg_inv_sqrt.data_ptr(), values.data_ptr()
+    p.stream = stream_of(rowptr)
+    check(library().pygio_gcn_norm(ref))
 
 
 def mean_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
               origin: Optional[Tensor], num_cols: int, values: Tensor) -> None:
     """Enqueues mean aggregation's edge values of a CSR graph into ``values``
     (contract: pygio_mean_norm in pyg_ioaware.h)."""
-    params = MeanNormParams(struct_size=ctypes.sizeof(MeanNormParams),
-                            dtype=_dtype_code(values.dtype), device=rowptr.device.index,
-                            a=_csr(rowptr, col, num_cols), row=row.data_ptr(),
-                            weight=pointer(weight), origin=_int64_pointer(origin),
-                            values=values.data_ptr(), stream=stream_of(rowptr))
-    check(library().pygio_mean_norm(ctypes.byref(params)))
+    p, ref = _reused_params(MeanNormParams)
+    p.dtype, p.device = _dtype_code(values.dtype), rowptr.device.index
+    p.a, p.row = _csr(rowptr, col, num_cols), row.data_ptr()
+    p.weight, p.origin = pointer(weight), _int64_pointer(origin)
+    p.values, p.stream = values.data_ptr(), stream_of(rowptr)
+    check(library().pygio_mean_norm(ref))
 
 
 def _edges(edge_index: Tensor) -> Edges:
@@ -1106,10 +1105,10 @@ def enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
     its EDGE_STATS int64 values on the device, not yet read (contract:
     pygio_edge_index_stats; :func:`decode_edge_index_stats` reads them)."""
     stats = torch.empty(EDGE_STATS, dtype=torch.int64, device=edge_index.device)
-    params = EdgeStatsParams(struct_size=ctypes.sizeof(EdgeStatsParams),
-                             device=edge_index.device.index, edges=_edges(edge_index),
-                             stats=_int64_pointer(stats), stream=stream_of(edge_index))
-    check(library().pygio_edge_index_stats(ctypes.byref(params)))
+    p, ref = _reused_params(EdgeStatsParams)
+    p.device, p.edges = edge_index.device.index, _edges(edge_index)
+    p.stats, p.stream = _int64_pointer(stats), stream_of(edge_index)
+    check(library().pygio_edge_index_stats(ref))
     return stats
 
 
@@ -1133,12 +1132,12 @@ def csr_from_grouped(edge_index: Tensor, num_rows: int, rowptr: Tensor, col: Ten
     pygio_csr_from_grouped)."""
     if not rowptr.dtype == col.dtype == row.dtype:
         raise TypeError("csr_from_grouped: rowptr, col and row must share one index dtype")
-    params = CsrFromGroupedParams(struct_size=ctypes.sizeof(CsrFromGroupedParams),
-                                  device=edge_index.device.index, edges=_edges(edge_index),
-                                  num_rows=num_rows, out_index_bits=index_bits(rowptr.dtype),
-                                  out_rowptr=rowptr.data_ptr(), out_col=col.data_ptr(),
-                                  out_row=row.data_ptr(), stream=stream_of(edge_index))
-    check(library().pygio_csr_from_grouped(ctypes.byref(params)))
+    p, ref = _reused_params(CsrFromGroupedParams)
+    p.device, p.edges = edge_index.device.index, _edges(edge_index)
+    p.num_rows, p.out_index_bits = num_rows, index_bits(rowptr.dtype)
+    p.out_rowptr, p.out_col, p.out_row = rowptr.data_ptr(), col.data_ptr(), row.data_ptr()
+    p.stream = stream_of(edge_index)
+    check(library().pygio_csr_from_grouped(ref))
 
 
 def csr_pyg_self_loops(edge_index: Tensor, num_rows: int, num_loops: int, out_edges: Tensor,

@@ -78,8 +78,8 @@ class GraphState:
 
     ``transpose``: the CSR^T; ``self_loop_graph``: the graph with PyG's
     remaining self loops; ``reversed_graph``: every edge reversed;
-    ``first_backward_task``: see :meth:`backward_task_cell`; ``edge_origin``
-    (on a self-loop graph only): per
+    ``first_backward_task``: the autograd run of the first backward pass
+    through this graph (ops.spmm.LazyTranspose); ``edge_origin`` (on a self-loop graph only): per
     CSR entry the input edge id of the graph it derives from, NEW_LOOP or
     DROPPED_LOOP; ``attention_graphs``: per number of self loops, the graph
     attention layers run on (input self loops removed, one loop added per
@@ -91,19 +91,10 @@ class GraphState:
     transpose: Optional[Transpose] = None
     self_loop_graph: Optional["Graph"] = None
     reversed_graph: Optional["Graph"] = None
-    first_backward_task: Optional[Tensor] = None
+    first_backward_task: Optional[int] = None
     edge_origin: Optional[Tensor] = None
     attention_graphs: Dict[int, Tuple["Graph", Tensor, Tensor]] = field(default_factory=dict)
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
-
-    def backward_task_cell(self) -> Tensor:
-        """The autograd run (graph task id) of the first backward pass
-        through an SpMM over this graph, -1 before it: a one-element CPU
-        int64 tensor, so that ops.spmm.LazyTranspose and the C++ autograd
-        (cuda/autograd) read and write one cell."""
-        if self.first_backward_task is None:
-            self.first_backward_task = torch.full((1,), -1, dtype=torch.int64)
-        return self.first_backward_task
 
 
 class Graph:

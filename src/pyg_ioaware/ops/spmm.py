@@ -185,12 +185,10 @@ class LazyTranspose:
         state = self.graph.state
         if state.transpose is None and not torch.are_deterministic_algorithms_enabled():
             task = torch._C._current_graph_task_id()
-            cell = state.backward_task_cell()
-            first = cell.item()
-            if first < 0:
-                first = task
-                cell.fill_(task)
-            if first == task and self.graph.num_edges * width < self.MATERIALIZE_WORK:
+            if state.first_backward_task is None:
+                state.first_backward_task = task
+            if (state.first_backward_task == task
+                    and self.graph.num_edges * width < self.MATERIALIZE_WORK):
                 return None, None, None
         t = self.graph.transpose
         return t.rowptr, t.col, self.edge_values.values_t
@@ -205,6 +203,7 @@ class NativeAutogradFallback:
 
     def __init__(self, graph, edge_values):
         self.graph = graph
+        self.state = graph.state  # read by the C++ backward under the GIL
         self.edge_values = edge_values
 
     def transpose(self) -> tuple:
@@ -242,18 +241,17 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     nnz, width = graph.num_edges, x.size(1)
     if extension is None or nnz == 0 or width == 0 or graph.num_src == 0:
         return None
-    for direction, rows in (("forward", graph.num_dst), ("transposed", graph.num_dst),
-                            ("forward", graph.num_src)):
-        backend = tuning.untimed_choice(FAMILY, direction, width, x.dtype, x.device, nnz, rows)
-        if backend is None or backend.name != OwnCsrBackend.name:
-            return None
+    names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz, (
+        ("forward", graph.num_dst), ("transposed", graph.num_dst), ("forward", graph.num_src)))
+    if names is None or any(name != OwnCsrBackend.name for name in names):
+        return None
     fallback = NativeAutogradFallback(graph, edge_values)
     has_transpose = backward == "materialized" or graph.state.transpose is not None
     a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
     x = x if x.stride(1) == 1 else x.contiguous()
     return extension.spmm(x, None if bias is None else bias.contiguous(), a,
                           fallback.transpose() if has_transpose else None, graph.num_src,
-                          graph.state.backward_task_cell(), LazyTranspose.MATERIALIZE_WORK,
+                          LazyTranspose.MATERIALIZE_WORK,
                           torch.are_deterministic_algorithms_enabled(), fallback)
 
 

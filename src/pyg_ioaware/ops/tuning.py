@@ -253,20 +253,28 @@ def choose_for_call(family: str, direction: str, width: int, dtype: torch.dtype,
     return backend
 
 
-def untimed_choice(family: str, direction: str, width: int, dtype: torch.dtype,
-                   device: torch.device, nnz: int, rows: int) -> Optional[Backend]:
-    """The backend :func:`choose_for_call` gives a call of these sizes where
-    that needs no timing (a decided class, a pinned backend, autotune off);
-    None where the call would autotune first."""
-    parts = (family, direction, dtype, device) + _buckets(width, nnz, rows)
+def untimed_choices(family: str, width: int, dtype: torch.dtype, device: torch.device,
+                    nnz: int, calls: Tuple[Tuple[str, int], ...]) -> Optional[List[str]]:
+    """The names of the backends :func:`choose_for_call` gives calls of
+    these sizes, one per (direction, rows) of ``calls``, where that needs no
+    timing (decided classes, a pinned backend, autotune off); None where one
+    of them would autotune first. One environment read for all of them."""
     pinned = os.environ.get(ENV_BACKEND.format(family=family.upper()))
-    if not pinned and autotune_enabled() and parts not in _CHOSEN_BY_PARTS:
-        return None
-    return choose_for_call(family, direction, width, dtype, device, nnz, rows, _never_timed)
+    names = []
+    for direction, rows in calls:
+        backend = None if pinned else _CHOSEN_BY_PARTS.get(
+            (family, direction, dtype, device) + _buckets(width, nnz, rows))
+        if backend is None:
+            if not pinned and autotune_enabled():
+                return None
+            backend = choose_for_call(family, direction, width, dtype, device, nnz, rows,
+                                      _never_timed)
+        names.append(backend.name)
+    return names
 
 
 def _never_timed(backend: Backend) -> float:
-    raise AssertionError(f"untimed_choice timed {backend.name}")
+    raise AssertionError(f"untimed_choices timed {backend.name}")
 
 
 def time_cuda_ms(run: Callable[[], None], device: torch.device,
