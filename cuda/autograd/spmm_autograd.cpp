@@ -1,11 +1,13 @@
 // The SpMM family's autograd in C++: the host side of a training step on a
 // small graph, where Python's autograd.Function costs more than the kernels.
 //
-//   forward:  Y = A X + b          (A = rowptr, col, values; CSR, rows of Y)
+//   forward:  Y = A X + b          (A = rowptr, col, values; CSR, rows of Y;
+//                                  b of another dtype added after, promoting)
 //   backward: dX = A^T dY          over the CSR^T (rowptr_t, col_t, values_t)
 //                                  where given, else as a transposed SpMM
 //                                  over A (the lazy rule below)
-//             db = column sums of dY, fp32 accumulation
+//             db = column sums of dY, fp32 accumulation (as autograd's add
+//                  sums them where b promotes)
 //
 // Built as the Python extension module pyg_ioaware._native_autograd_ext
 // against the torch it runs with (the C++ ABI is torch's), and called only
@@ -133,12 +135,17 @@ py::object python_object(const c10::IValue& value) {
 
 class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
  public:
-  // bias is optional: an undefined tensor cannot be an autograd input.
+  // bias is optional (an undefined tensor cannot be an autograd input). Of
+  // x's dtype it is added inside the kernel; of another (an fp32 bias under
+  // autocast) after it, promoting as torch does: Y = A X + b in b's dtype.
   static Tensor forward(AutogradContext* ctx, const Tensor& x,
                         const c10::optional<Tensor>& bias, Csr a, Csr a_t, int64_t num_cols,
                         int64_t materialize_work, bool deterministic,
                         const py::object& fallback) {
+    const bool promoting = bias.has_value() && bias->scalar_type() != x.scalar_type();
     ctx->saved_data["has_bias"] = bias.has_value();
+    ctx->saved_data["promoting"] = promoting;
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["num_cols"] = num_cols;
     ctx->saved_data["deterministic"] = deterministic;
     ctx->saved_data["materialize_work"] = materialize_work;
@@ -146,6 +153,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     ctx->saved_data["degree_bound_t"] = a_t.degree_bound;
     ctx->saved_data["fallback"] = hold(fallback);
     ctx->save_for_backward({a.rowptr, a.col, a.values, a_t.rowptr, a_t.col, a_t.values});
+    if (promoting) return spmm(a, num_cols, x, Tensor(), false, deterministic) + *bias;
     return spmm(a, num_cols, x, bias.value_or(Tensor()), false, deterministic);
   }
 
@@ -153,15 +161,21 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     // needs_input_grad counts tensor inputs only: x, then bias where given.
     const bool needs_x = ctx->needs_input_grad(0);
     const bool needs_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(1);
-    const Tensor grad = grads[0].contiguous();
+    const bool promoting = ctx->saved_data["promoting"].toBool();
     const int64_t num_x = ctx->saved_data["num_cols"].toInt();
+    Tensor grad = grads[0];
     Tensor grad_x, grad_bias;
+    if (promoting) {  // as autograd's add: db sums dY, dY goes on in x's dtype
+      if (needs_bias) grad_bias = grad.sum(0);
+      grad = grad.to(static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt()));
+    }
+    grad = grad.contiguous();
     if (torch::GradMode::is_enabled()) {  // create_graph: a backward that records
       py::gil_scoped_acquire gil;
       auto fallback = python_object(ctx->saved_data["fallback"]);
       auto result = fallback.attr("differentiable_backward")(grad).cast<py::tuple>();
       grad_x = needs_x ? result[0].cast<Tensor>() : Tensor();
-      grad_bias = needs_bias ? result[1].cast<Tensor>() : Tensor();
+      if (needs_bias && !promoting) grad_bias = result[1].cast<Tensor>();
       return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     }
     if (needs_x) {
@@ -177,7 +191,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
                                            deterministic)
                                     : spmm(a, num_x, grad, Tensor(), true, false);
     }
-    if (needs_bias) grad_bias = column_sums(grad);
+    if (needs_bias && !promoting) grad_bias = column_sums(grad);
     return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 

@@ -162,3 +162,26 @@ def test_cases_left_to_python(calls, monkeypatch):
     monkeypatch.setattr(config, "native_autograd", True)
     ops.gcn_adjacency(edge_index, 100).propagate(x).sum().backward()
     assert calls["spmm"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_bias_is_added_after_promoting(calls, monkeypatch, dtype):
+    """Under autocast the fp32 bias is added after the 16-bit aggregation,
+    in fp32, and its gradient sums the fp32 dY, as autograd's add does:
+    bitwise the Python path's (deterministic algorithms: no atomics)."""
+    edge_index = random_graph(400, 400, 3000, seed=15, hub_degree=1500).cuda()
+    conv = GCNConv(24, 40).cuda()
+    torch.nn.init.normal_(conv.bias)
+    x = torch.randn(400, 24, device="cuda")
+    grad_out = torch.randn(400, 40, device="cuda")
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.autocast("cuda", dtype=dtype):
+            python = gcn_step(edge_index.clone(), x, conv, grad_out, False, monkeypatch)
+            native = gcn_step(edge_index.clone(), x, conv, grad_out, True, monkeypatch)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert calls["spmm"] == 1
+    assert native[0].dtype == torch.float32
+    for a, b in zip(native, python):
+        assert torch.equal(a, b)

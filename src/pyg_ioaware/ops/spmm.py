@@ -226,8 +226,9 @@ NATIVE_AUTOGRAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
                          backward: str) -> Optional[Tensor]:
     """``SpmmFunction`` over ``graph`` (Y = A X + b, the values needing no
-    gradient) with its autograd in C++ (pyg_ioaware._native_autograd)
-    where that applies, else None. It applies in eager mode on CUDA with
+    gradient; a bias of another dtype than x's added after the aggregation,
+    promoting as torch does) with its autograd in C++
+    (pyg_ioaware._native_autograd) where that applies, else None. It applies in eager mode on CUDA with
     config.native_autograd on and the extension loaded, for 16/32-bit
     features, a non-empty problem, config.spmm_backward ``"auto"`` (the
     same lazy CSR^T rule) or ``"materialized"``, where the tuner gives the

@@ -57,8 +57,7 @@ class SpmmAdjacency:
                             f"{type(h).__name__}")
         moved = h.movedim(node_dim, 0) if node_dim not in (0, -h.dim()) else h
         checks.node_features(moved, graph.num_src, graph.device, "propagate")
-        fused = (bias is not None and h.dim() == 2 and bias.dtype == h.dtype
-                 and bias.shape == (h.size(1),))
+        fused = bias is not None and h.dim() == 2 and bias.shape == (h.size(1),)
         out = propagate(graph, self.weight_csr, self.mode, _flat(moved),
                         bias if fused else None)
         out = _unflat(out, moved)
@@ -76,17 +75,21 @@ class SpmmAdjacency:
 def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
               bias: Optional[Tensor] = None) -> Tensor:
     """out[d] = sum over edges (s -> d) of a_e x[s] (+ bias) for 2-D x,
-    already checked, and a bias of x's dtype and width; a_e from ``mode``
-    and ``weight_csr``. Where nothing needs a gradient (inference) the
-    autograd Function is skipped; the CSR^T is built where
-    config.spmm_backward says (lazily by default)."""
+    already checked, and a bias of x's width; a_e from ``mode`` and
+    ``weight_csr``. A bias of x's dtype is added inside the aggregation,
+    any other (an fp32 bias under autocast) after it, promoting as torch
+    does. Where nothing needs a gradient (inference) the autograd Function
+    is skipped; the CSR^T is built where config.spmm_backward says (lazily
+    by default)."""
     edge_values = normalized_values(graph, weight_csr, mode, x.dtype)
     values = edge_values.values
     needs_grad = x.requires_grad or values.requires_grad or (
         bias is not None and bias.requires_grad)
+    promoting = bias is not None and bias.dtype != x.dtype
     if not (torch.is_grad_enabled() and needs_grad):
-        return spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False, bias)
-    a = (graph.rowptr, graph.col, values)
+        out = spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False,
+                           None if promoting else bias)
+        return out + bias if promoting else out
     backward = config.spmm_backward
     if backward == "auto" and torch.compiler.is_compiling():
         # Traced code cannot decide later: the CSR^T if the graph has one.
@@ -94,6 +97,16 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     native = native_autograd_spmm(graph, edge_values, x, bias, backward)
     if native is not None:
         return native
+    if promoting:
+        return _spmm_function(graph, edge_values, x, None, backward) + bias
+    return _spmm_function(graph, edge_values, x, bias, backward)
+
+
+def _spmm_function(graph: Graph, edge_values, x: Tensor, bias: Optional[Tensor],
+                   backward: str) -> Tensor:
+    """SpmmFunction over the graph with config.spmm_backward's ``backward``
+    mode (as :func:`propagate` resolved it)."""
+    a = (graph.rowptr, graph.col, edge_values.values)
     if backward == "materialized":
         t = graph.transpose
         return SpmmFunction.apply(*a, t.rowptr, t.col, edge_values.values_t, x, False,
