@@ -183,7 +183,7 @@ def test_reversed_graph():
 
 def test_with_remaining_self_loops_matches_pyg():
     edge_index = random_graph(25, 25, 120, seed=10)
-    weight = torch.rand(edge_index.size(1))
+    weight = torch.rand(edge_index.size(1), generator=torch.Generator().manual_seed(10))
     graph = Graph.from_edge_index(edge_index, num_nodes=25)
     looped = graph.with_remaining_self_loops()
     assert looped is graph.with_remaining_self_loops()
@@ -196,9 +196,10 @@ def test_with_remaining_self_loops_matches_pyg():
     fill = torch.where(origin == NEW_LOOP, 7.0, 0.0)
     ours = torch.where(origin >= 0, weight[origin.clamp(min=0)], fill)[~dropped]
 
-    def canon(index, w):  # as multisets of (dst, src, weight)
+    def canon(index, w):  # as multisets of (dst, src, weight): by key, then weight
         keys = index[1] * 25 + index[0]
-        order = torch.argsort(keys * 1000 + (w * 999).long())
+        by_weight = torch.argsort(w, stable=True)
+        order = by_weight[torch.argsort(keys[by_weight], stable=True)]
         return keys[order], w[order]
 
     row = looped.row.long()[~dropped]
