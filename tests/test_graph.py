@@ -377,14 +377,20 @@ def test_cuda_new_graph_attention_step_costs_one_sync(layer):
 
 
 @pytest.mark.cuda
-def test_cuda_prefetch_starts_the_one_read_of_a_new_graph():
+def test_cuda_prefetch_starts_the_one_read_of_a_new_graph(monkeypatch):
     """graph.prefetch enqueues a new edge_index's statistics; the build then
     reads them (the one wait) and gives the Graph it gives without; a
-    tensor changed in place since, a cached graph, other inputs and a dead
-    tensor leave nothing behind, and bad indices still raise at the build."""
+    tensor changed in place since, a cached graph, other inputs, a graph
+    below PREFETCH_MIN_EDGES and a dead tensor leave nothing behind, and
+    bad indices still raise at the build."""
+    from pyg_ioaware import graph as graph_module
     from pyg_ioaware.graph import _STATS_IN_FLIGHT, prefetch
 
     edge_index = random_graph(300, 300, 3000, seed=36).cuda()
+    monkeypatch.setattr(graph_module, "PREFETCH_MIN_EDGES", edge_index.size(1) + 1)
+    prefetch(edge_index.clone())
+    assert not _STATS_IN_FLIGHT  # too small to be worth it
+    monkeypatch.setattr(graph_module, "PREFETCH_MIN_EDGES", edge_index.size(1))
     reference = Graph.from_edge_index(edge_index, 300)
     fresh = edge_index.clone()
     prefetch(fresh)
