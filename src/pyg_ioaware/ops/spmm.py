@@ -242,10 +242,12 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     nnz, width = graph.num_edges, x.size(1)
     if extension is None or nnz == 0 or width == 0 or graph.num_src == 0:
         return None
-    names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz, (
-        ("forward", graph.num_dst), ("transposed", graph.num_dst), ("forward", graph.num_src)))
-    if names is None or any(name != OwnCsrBackend.name for name in names):
-        return None
+    if not edge_values.own_kernels.get(width, False):
+        names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz, (
+            ("forward", graph.num_dst), ("transposed", graph.num_dst), ("forward", graph.num_src)))
+        if names is None or any(name != OwnCsrBackend.name for name in names):
+            return None
+        edge_values.own_kernels[width] = True  # decided classes stay decided
     fallback = NativeAutogradFallback(graph, edge_values)
     has_transpose = backward == "materialized" or graph.state.transpose is not None
     a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
