@@ -212,6 +212,7 @@ class NativeAutogradFallback:
         return t.rowptr, t.col, self.edge_values.values_t, own_degree_bound(t.rowptr)
 
     def differentiable_backward(self, grad_out: Tensor) -> tuple:
+        """(dX, db) recorded for a double backward, over the CSR^T."""
         graph, t = self.graph, self.graph.transpose
         grad_x = SpmmFunction.apply(t.rowptr, t.col, self.edge_values.values_t, graph.rowptr,
                                     graph.col, self.edge_values.values, grad_out, False,
@@ -228,12 +229,14 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     """``SpmmFunction`` over ``graph`` (Y = A X + b, the values needing no
     gradient; a bias of another dtype than x's added after the aggregation,
     promoting as torch does) with its autograd in C++
-    (pyg_ioaware._native_autograd) where that applies, else None. It applies in eager mode on CUDA with
-    config.native_autograd on and the extension loaded, for 16/32-bit
-    features, a non-empty problem, config.spmm_backward ``"auto"`` (the
-    same lazy CSR^T rule) or ``"materialized"``, where the tuner gives the
-    kernels of our own every SpMM the call and its backward may run. The
-    deterministic flag is read at the forward."""
+    (pyg_ioaware._native_autograd) where that applies, else None.
+
+    It applies in eager mode on CUDA with config.native_autograd on and the
+    extension loaded, for 16/32-bit features, a non-empty problem,
+    config.spmm_backward ``"auto"`` (the same lazy CSR^T rule) or
+    ``"materialized"``, where the tuner gives the kernels of our own every
+    SpMM the call and its backward may run. The deterministic flag is read
+    at the forward."""
     if not (config.native_autograd and x.is_cuda and backward in ("auto", "materialized")
             and x.dtype in NATIVE_AUTOGRAD_DTYPES and not edge_values.values.requires_grad
             and not torch.compiler.is_compiling()):
