@@ -1052,6 +1052,10 @@ def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
              origin: Optional[Tensor], deg_inv_sqrt: Tensor, values: Tensor) -> None:
     """Enqueues GCN's symmetric normalization of a square CSR graph into
     ``values`` (contract: pygio_gcn_norm in pyg_ioaware.h)."""
+    host = _native_host.active()
+    if host is not None:
+        host.gcn_norm(rowptr, col, row, weight, origin, deg_inv_sqrt, values)
+        return
     p, ref = _reused_params(GcnNormParams)
     p.dtype, p.device = _dtype_code(values.dtype), rowptr.device.index
     p.a, p.row = _csr(rowptr, col, rowptr.numel() - 1), row.data_ptr()
@@ -1065,6 +1069,10 @@ def mean_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor]
               origin: Optional[Tensor], num_cols: int, values: Tensor) -> None:
     """Enqueues mean aggregation's edge values of a CSR graph into ``values``
     (contract: pygio_mean_norm in pyg_ioaware.h)."""
+    host = _native_host.active()
+    if host is not None:
+        host.mean_norm(rowptr, col, row, weight, origin, num_cols, values)
+        return
     p, ref = _reused_params(MeanNormParams)
     p.dtype, p.device = _dtype_code(values.dtype), rowptr.device.index
     p.a, p.row = _csr(rowptr, col, num_cols), row.data_ptr()
@@ -1121,7 +1129,10 @@ def decode_edge_index_stats(stats: list) -> EdgeIndexStats:
 
 def edge_index_stats(edge_index: Tensor) -> EdgeIndexStats:
     """One pass over a CUDA edge_index [2, E] with E > 0, read back in one
-    host synchronisation."""
+    host synchronisation (from C++ where the host extension is loaded)."""
+    host = _native_host.active()
+    if host is not None:
+        return decode_edge_index_stats(host.edge_index_stats(edge_index))
     return decode_edge_index_stats(enqueue_edge_index_stats(edge_index).tolist())
 
 
@@ -1132,6 +1143,10 @@ def csr_from_grouped(edge_index: Tensor, num_rows: int, rowptr: Tensor, col: Ten
     pygio_csr_from_grouped)."""
     if not rowptr.dtype == col.dtype == row.dtype:
         raise TypeError("csr_from_grouped: rowptr, col and row must share one index dtype")
+    host = _native_host.active()
+    if host is not None:
+        host.csr_from_grouped(edge_index, num_rows, rowptr, col, row)
+        return
     p, ref = _reused_params(CsrFromGroupedParams)
     p.device, p.edges = edge_index.device.index, _edges(edge_index)
     p.num_rows, p.out_index_bits = num_rows, index_bits(rowptr.dtype)
@@ -1187,3 +1202,8 @@ def csr_transpose(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int, out_r
     workspace = _workspace(size, rowptr.device)
     params.workspace = pointer(workspace)
     check(lib.pygio_csr_transpose(ctypes.byref(params)))
+
+
+# The host extension calls some of the entries above from C++; it imports
+# this module, so it is imported last.
+from . import _native_host  # noqa: E402

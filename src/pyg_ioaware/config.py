@@ -19,11 +19,12 @@
     differences in the last bits).
     Set from the environment variable PYG_IOAWARE_SPMM_BACKWARD too.
 
-``native_autograd``: run the SpMM family's autograd in C++ (the optional
-    extension module of cuda/autograd, see pyg_ioaware._native_autograd)
-    wherever it is built for the running torch and applies; off: the Python
-    autograd.Function everywhere (the same results, bitwise; more host time
-    a call). On by default; PYG_IOAWARE_NATIVE_AUTOGRAD=0 turns it off.
+``native_host``: run the SpMM family's autograd and a new graph's native
+    launches in C++ (the optional extension module of cuda/host, see
+    pyg_ioaware._native_host) wherever it is built for the running torch;
+    off: the Python autograd.Function and ctypes everywhere (the same
+    results, bitwise; more host time a call). On by default;
+    PYG_IOAWARE_NATIVE_HOST=0 turns it off.
 
 ``autotune``: time every supported backend the first time a shape class is
     met and keep the fastest (persisted; see ops.tuning). Off by default: the
@@ -40,4 +41,4 @@ if spmm_backward not in SPMM_BACKWARD_MODES:
 
 autotune = False
 
-native_autograd = os.environ.get("PYG_IOAWARE_NATIVE_AUTOGRAD", "1") != "0"
+native_host = os.environ.get("PYG_IOAWARE_NATIVE_HOST", "1") != "0"

@@ -1,4 +1,4 @@
-"""The SpMM family's autograd in C++ (cuda/autograd, pyg_ioaware._native_autograd)
+"""The SpMM family's autograd in C++ (cuda/host, pyg_ioaware._native_host)
 against the Python autograd.Function it stands in for: the same outputs
 and gradients (bitwise where no atomics add in another order), the same
 lazy CSR^T rule, a double backward, and the cases it leaves to Python."""
@@ -9,7 +9,7 @@ import torch
 
 from _helpers import random_graph, relative_error
 from pyg_ioaware import Graph, config, ops
-from pyg_ioaware import _native_autograd
+from pyg_ioaware import _native_host
 from pyg_ioaware.nn import GCNConv
 
 pytestmark = pytest.mark.cuda
@@ -18,11 +18,11 @@ pytestmark = pytest.mark.cuda
 @pytest.fixture
 def extension():
     """The loaded extension, with its spmm counting calls; skips where it is
-    not built for this torch (fails where $PYG_IOAWARE_AUTOGRAD_LIB names
+    not built for this torch (fails where $PYG_IOAWARE_HOST_LIB names
     one: then it must load)."""
-    if os.environ.get(_native_autograd.ENV_MODULE_PATH):
-        assert _native_autograd.extension() is not None
-    module = _native_autograd.extension()
+    if os.environ.get(_native_host.ENV_MODULE_PATH):
+        assert _native_host.extension() is not None
+    module = _native_host.extension()
     if module is None:
         pytest.skip("the C++ autograd extension is not built for this torch")
     return module
@@ -44,7 +44,7 @@ def calls(extension, monkeypatch):
 
 def gcn_step(edge_index, x, conv, grad_out, native, monkeypatch, create_graph=False):
     """out, dX, dW, db of one GCNConv call with the C++ autograd on or off."""
-    monkeypatch.setattr(config, "native_autograd", native)
+    monkeypatch.setattr(config, "native_host", native)
     x = x.detach().clone().requires_grad_()
     out = conv(x, edge_index)
     grads = torch.autograd.grad(out, (x, conv.lin.weight, conv.bias), grad_out,
@@ -156,10 +156,10 @@ def test_cases_left_to_python(calls, monkeypatch):
     x = torch.randn(100, 8, device="cuda", requires_grad=True)
     ops.gcn_adjacency(edge_index, 100, weight).propagate(x).sum().backward()
     assert weight.grad is not None
-    monkeypatch.setattr(config, "native_autograd", False)
+    monkeypatch.setattr(config, "native_host", False)
     ops.gcn_adjacency(edge_index, 100).propagate(x).sum().backward()
     assert calls["spmm"] == 0
-    monkeypatch.setattr(config, "native_autograd", True)
+    monkeypatch.setattr(config, "native_host", True)
     ops.gcn_adjacency(edge_index, 100).propagate(x).sum().backward()
     assert calls["spmm"] == 1
 

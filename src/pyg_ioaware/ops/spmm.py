@@ -36,7 +36,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .. import _native, _native_autograd, config
+from .. import _native, _native_host
 from ..graph import entry_rows
 from . import checks, tuning
 from .bias_gradient import column_sums
@@ -196,7 +196,7 @@ class LazyTranspose:
 
 # ------------------------------------------------------- autograd in C++
 class NativeAutogradFallback:
-    """What the C++ SpMM autograd (cuda/autograd/spmm_autograd.cpp) asks
+    """What the C++ SpMM autograd (cuda/host/spmm_autograd.cpp) asks
     Python for: the graph's CSR^T where its lazy rule (LazyTranspose's)
     wants one, and, for a backward that records a graph (create_graph=True),
     SpmmFunction's differentiable dX = A^T dY and db = column sums of dY."""
@@ -229,19 +229,19 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     """``SpmmFunction`` over ``graph`` (Y = A X + b, the values needing no
     gradient; a bias of another dtype than x's added after the aggregation,
     promoting as torch does) with its autograd in C++
-    (pyg_ioaware._native_autograd) where that applies, else None.
+    (pyg_ioaware._native_host) where that applies, else None.
 
-    It applies in eager mode on CUDA with config.native_autograd on and the
+    It applies in eager mode on CUDA with config.native_host on and the
     extension loaded, for 16/32-bit features, a non-empty problem,
     config.spmm_backward ``"auto"`` (the same lazy CSR^T rule) or
     ``"materialized"``, where the tuner gives the kernels of our own every
     SpMM the call and its backward may run. The deterministic flag is read
     at the forward."""
-    if not (config.native_autograd and x.is_cuda and backward in ("auto", "materialized")
+    if not (x.is_cuda and backward in ("auto", "materialized")
             and x.dtype in NATIVE_AUTOGRAD_DTYPES and not edge_values.values.requires_grad
             and not torch.compiler.is_compiling()):
         return None
-    extension = _native_autograd.extension()
+    extension = _native_host.active()
     nnz, width = graph.num_edges, x.size(1)
     if extension is None or nnz == 0 or width == 0 or graph.num_src == 0:
         return None

@@ -9,51 +9,25 @@
 //             db = column sums of dY, fp32 accumulation (as autograd's add
 //                  sums them where b promotes)
 //
-// Built as the Python extension module pyg_ioaware._native_autograd_ext
-// against the torch it runs with (the C++ ABI is torch's), and called only
-// by ops.spmm_functional on inputs it has already checked (a Graph's
+// Part of the host extension module (module.cpp), called only by
+// ops.spmm_functional on inputs it has already checked (a Graph's
 // structure, node features checked against it). The kernels are the native
-// library's: its entry points come in as addresses (set_native), so this
-// module links nothing of ours. Everything that needs Python (building a
-// CSR^T, a backward that records a graph for a double backward) goes back
-// to the Python object `fallback` (ops.spmm.NativeAutogradFallback).
-#include <torch/extension.h>
+// library's (native_api.h). Everything that needs Python (building a CSR^T,
+// a backward that records a graph for a double backward) goes back to the
+// Python object `fallback` (ops.spmm.NativeAutogradFallback).
+#include "spmm_autograd.h"
 
-#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/graph_task.h>
 
-#include <string>
+#include "native_api.h"
 
-#include "pyg_ioaware.h"
-
+namespace pygio_host {
 namespace {
 
 using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-struct Native {
-  int (*spmm_csr)(const pygio_spmm_csr_params*) = nullptr;
-  int (*spmm_csr_workspace_size)(const pygio_spmm_csr_params*, size_t*) = nullptr;
-  const char* (*last_error)() = nullptr;
-  int64_t gemv_min_elements = 0;  // ops.bias_gradient.MIN_GEMV_SUM_ELEMENTS
-};
-Native native;
-
-void check(int status, const char* what) {
-  TORCH_CHECK(status == PYGIO_OK, "pyg_ioaware native error ", status, " in ", what, ": ",
-              native.last_error());
-}
-
-int32_t dtype_code(c10::ScalarType type) {
-  switch (type) {
-    case c10::kFloat: return PYGIO_FLOAT32;
-    case c10::kDouble: return PYGIO_FLOAT64;
-    case c10::kHalf: return PYGIO_FLOAT16;
-    case c10::kBFloat16: return PYGIO_BFLOAT16;
-    default: TORCH_CHECK(false, "pyg_ioaware native SpMM: unsupported dtype ", type);
-  }
-}
 
 // One CSR matrix with its values and the longest row it is known to have.
 struct Csr {
@@ -74,8 +48,7 @@ Tensor spmm(const Csr& a, int64_t num_cols, const Tensor& x, const Tensor& bias,
   p.device = x.get_device();
   p.transpose = transpose;
   p.deterministic = deterministic;
-  p.a = pygio_csr{a.rowptr.data_ptr(), a.col.data_ptr(), rows, num_cols, a.col.numel(),
-                  a.rowptr.scalar_type() == c10::kInt ? 32 : 64};
+  p.a = csr_of(a.rowptr, a.col, num_cols);
   p.degree_bound = transpose ? -1 : a.degree_bound;
   p.width = x.size(1);
   p.values = a.values.data_ptr();
@@ -84,7 +57,7 @@ Tensor spmm(const Csr& a, int64_t num_cols, const Tensor& x, const Tensor& bias,
   p.bias = bias.defined() ? bias.data_ptr() : nullptr;
   p.y = out.data_ptr();
   p.y_row_stride = out.stride(0);
-  p.stream = c10::cuda::getCurrentCUDAStream(x.get_device()).stream();
+  p.stream = current_stream(x);
   size_t bytes = 0;
   check(native.spmm_csr_workspace_size(&p, &bytes), "pygio_spmm_csr_workspace_size");
   Tensor workspace;
@@ -215,36 +188,19 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
   }
 };
 
+}  // namespace
+
 Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
                      const py::tuple& a, const py::object& a_t, int64_t num_cols,
                      int64_t materialize_work, bool deterministic, const py::object& fallback) {
-  TORCH_CHECK(native.spmm_csr != nullptr, "pyg_ioaware native autograd: set_native first");
+  torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
+  TORCH_CHECK(native.spmm_csr != nullptr, "pyg_ioaware host extension: set_native first");
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.stride(1) == 1,
-              "pyg_ioaware native autograd: x must be a 2-D CUDA tensor of inner stride 1");
+              "pyg_ioaware host extension: x must be a 2-D CUDA tensor of inner stride 1");
   Csr transposed{Tensor(), Tensor(), Tensor(), -1};
   if (!a_t.is_none()) transposed = csr_from_python(a_t);
   return SpmmFunction::apply(x, bias, csr_from_python(a), transposed, num_cols,
                              materialize_work, deterministic, fallback);
 }
 
-void set_native(int64_t spmm_csr, int64_t workspace_size, int64_t last_error,
-                int64_t gemv_min_elements) {
-  native.spmm_csr = reinterpret_cast<decltype(native.spmm_csr)>(spmm_csr);
-  native.spmm_csr_workspace_size =
-      reinterpret_cast<decltype(native.spmm_csr_workspace_size)>(workspace_size);
-  native.last_error = reinterpret_cast<decltype(native.last_error)>(last_error);
-  native.gemv_min_elements = gemv_min_elements;
-}
-
-}  // namespace
-
-PYBIND11_MODULE(_native_autograd_ext, m) {
-  m.doc() = "pyg_ioaware's SpMM autograd in C++ (see cuda/autograd/spmm_autograd.cpp)";
-  m.attr("TORCH_VERSION") = TORCH_VERSION;
-  m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
-  m.def("set_native", &set_native, "the native library's entry points, as addresses");
-  m.def("spmm", &spmm_autograd,
-        "Y = A X + b with its backward in C++ (see the file's header)", py::arg("x"),
-        py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
-        py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
-}
+}  // namespace pygio_host

@@ -1,11 +1,11 @@
-"""The loader of the optional C++ autograd extension (pyg_ioaware._native_autograd):
+"""The loader of the optional C++ host extension (pyg_ioaware._native_host):
 which modules it takes, which it refuses, and how (CPU: the module is faked)."""
 import types
 
 import pytest
 import torch
 
-from pyg_ioaware import _native, _native_autograd
+from pyg_ioaware import _native, _native_host, config
 
 
 class FakeLibrary:
@@ -13,7 +13,7 @@ class FakeLibrary:
 
     def __init__(self, abi):
         self.abi = abi
-        for name in ("pygio_spmm_csr", "pygio_spmm_csr_workspace_size", "pygio_last_error"):
+        for name in _native_host.ENTRY_POINTS:
             setattr(self, name, name)
 
     def pygio_abi_version(self):
@@ -22,32 +22,32 @@ class FakeLibrary:
 
 def fake_module(torch_version, abi):
     module = types.SimpleNamespace(TORCH_VERSION=torch_version, ABI_VERSION=abi, native=None)
-    module.set_native = lambda *addresses: setattr(module, "native", addresses)
+    module.set_native = lambda entries: setattr(module, "native", entries)
     return module
 
 
 @pytest.fixture
 def loader(monkeypatch):
     """extension() over a faked library and module import; returns a setter."""
-    monkeypatch.setattr(_native_autograd, "_address", lambda function: id(function))
-    _native_autograd.extension.cache_clear()
+    monkeypatch.setattr(_native_host, "_address", lambda function: id(function))
+    _native_host.extension.cache_clear()
     yield monkeypatch
-    _native_autograd.extension.cache_clear()
+    _native_host.extension.cache_clear()
 
 
 def setup(monkeypatch, module, abi=5, env_path=None, import_error=None):
     monkeypatch.setattr(_native, "library", lambda: FakeLibrary(abi))
     if env_path is None:
-        monkeypatch.delenv(_native_autograd.ENV_MODULE_PATH, raising=False)
+        monkeypatch.delenv(_native_host.ENV_MODULE_PATH, raising=False)
     else:
-        monkeypatch.setenv(_native_autograd.ENV_MODULE_PATH, env_path)
+        monkeypatch.setenv(_native_host.ENV_MODULE_PATH, env_path)
 
     def fake_import(path):
         if import_error is not None:
             raise import_error
         return module
 
-    monkeypatch.setattr(_native_autograd, "_import", fake_import)
+    monkeypatch.setattr(_native_host, "_import", fake_import)
 
 
 RUNNING = torch.__version__.split("+")[0]
@@ -56,32 +56,40 @@ RUNNING = torch.__version__.split("+")[0]
 def test_a_module_for_this_torch_and_abi_is_taken_and_given_the_entry_points(loader):
     module = fake_module(RUNNING, 5)
     setup(loader, module)
-    assert _native_autograd.extension() is module
-    assert module.native is not None and len(module.native) == 4
+    assert _native_host.extension() is module
+    assert set(module.native) == {*_native_host.ENTRY_POINTS, "gemv_min_elements"}
 
 
 @pytest.mark.parametrize("torch_version, abi", [("1.0.0", 5), (RUNNING, 4)])
 def test_a_module_for_another_torch_or_abi_is_refused(loader, torch_version, abi):
     setup(loader, fake_module(torch_version, abi))
-    assert _native_autograd.extension() is None
+    assert _native_host.extension() is None
 
 
 @pytest.mark.parametrize("torch_version, abi", [("1.0.0", 5), (RUNNING, 4)])
 def test_a_named_module_that_does_not_fit_is_an_error(loader, torch_version, abi):
     setup(loader, fake_module(torch_version, abi), env_path="/x/module.so")
     with pytest.raises(_native.NativeError, match="built for"):
-        _native_autograd.extension()
+        _native_host.extension()
 
 
 def test_a_missing_module_is_no_error_unless_named(loader):
     setup(loader, None, import_error=ImportError("no module"))
-    assert _native_autograd.extension() is None
-    _native_autograd.extension.cache_clear()
+    assert _native_host.extension() is None
+    _native_host.extension.cache_clear()
     setup(loader, None, env_path="/x/module.so", import_error=ImportError("undefined symbol"))
     with pytest.raises(_native.NativeError, match="could not be loaded: undefined symbol"):
-        _native_autograd.extension()
+        _native_host.extension()
 
 
 def test_no_native_library_no_extension(loader):
     loader.setattr(_native, "library", lambda: None)
-    assert _native_autograd.extension() is None
+    assert _native_host.extension() is None
+
+
+def test_config_turns_it_off(loader):
+    module = fake_module(RUNNING, 5)
+    setup(loader, module)
+    assert _native_host.active() is module
+    loader.setattr(config, "native_host", False)
+    assert _native_host.active() is None

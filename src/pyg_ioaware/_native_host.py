@@ -1,19 +1,22 @@
-"""Loader of the SpMM family's autograd in C++ (cuda/autograd/spmm_autograd.cpp).
+"""Loader of the host extension: the native library's host side in C++ (cuda/host).
 
-A Python ``autograd.Function`` costs a small graph's training step more
-host time than its kernels take: on the small mini-batch (23k edges) the
-two SpMM layers' Functions took about 0.35 ms of a 1.3 ms step on an H200
-host, against about nothing for the same layers in C++. The extension
-module ``pyg_ioaware._native_autograd_ext`` holds that Function in C++.
+A small graph's training step is bound by host time, and Python costs it
+more than the kernels take: on the small mini-batch (23k edges) the two SpMM
+layers' ``autograd.Function`` took about 0.35 ms of a 1.3 ms step on an
+H200 host, and each ctypes launch of a new graph's build 20-60 us. The
+extension module ``pyg_ioaware._native_host_ext`` holds the SpMM Function
+in C++ (``spmm``) and calls a new graph's native launches without ctypes
+(``edge_index_stats``, ``csr_from_grouped``, ``gcn_norm``, ``mean_norm``).
 It is a torch C++ extension, so it is built against one torch (the one it
 runs with) and one Python; it is optional:
 
-- ``$PYG_IOAWARE_AUTOGRAD_LIB`` names a built module file (then failing to
+- ``$PYG_IOAWARE_HOST_LIB`` names a built module file (then failing to
   load it is an error), else the copy installed inside the package is
   used where there is one;
 - it is used only where the native library is loaded, the module was built
-  for this torch and this native ABI, and ``config.native_autograd`` is on;
-  everything else runs the Python Function (same results, bitwise).
+  for this torch and this native ABI, and ``config.native_host`` is on;
+  everything else runs the Python Function and the ctypes launches (the
+  same results, bitwise).
 """
 from __future__ import annotations
 
@@ -28,10 +31,14 @@ from typing import Optional
 
 import torch
 
-from . import _native
+from . import _native, config
 
-ENV_MODULE_PATH = "PYG_IOAWARE_AUTOGRAD_LIB"
-MODULE_NAME = "pyg_ioaware._native_autograd_ext"
+ENV_MODULE_PATH = "PYG_IOAWARE_HOST_LIB"
+MODULE_NAME = "pyg_ioaware._native_host_ext"
+#: The native library's functions the extension calls (cuda/host/native_api.h).
+ENTRY_POINTS = ("pygio_spmm_csr", "pygio_spmm_csr_workspace_size", "pygio_edge_index_stats",
+                "pygio_csr_from_grouped", "pygio_gcn_norm", "pygio_mean_norm",
+                "pygio_last_error")
 
 
 def _address(function: ctypes._CFuncPtr) -> int:
@@ -76,7 +83,11 @@ def extension() -> Optional[ModuleType]:
             raise _native.NativeError(f"{ENV_MODULE_PATH}={path}: {mismatch}")
         return None
     from .ops.bias_gradient import MIN_GEMV_SUM_ELEMENTS
-    module.set_native(_address(library.pygio_spmm_csr),
-                      _address(library.pygio_spmm_csr_workspace_size),
-                      _address(library.pygio_last_error), MIN_GEMV_SUM_ELEMENTS)
+    entries = {name: _address(getattr(library, name)) for name in ENTRY_POINTS}
+    module.set_native({**entries, "gemv_min_elements": MIN_GEMV_SUM_ELEMENTS})
     return module
+
+
+def active() -> Optional[ModuleType]:
+    """:func:`extension` where ``config.native_host`` is on, else None."""
+    return extension() if config.native_host else None

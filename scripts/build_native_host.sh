@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Builds the C++ SpMM autograd extension (cuda/autograd/spmm_autograd.cpp)
+# Builds the C++ host extension (cuda/host: the SpMM autograd, a new graph's launches)
 # by hand, for a host whose torch and Python differ from this machine's
 # (a GPU host, from a CPU host):
 #
-#   scripts/build_native_autograd.sh TORCH_DIR PYTHON_VERSION OUT_DIR
+#   scripts/build_native_host.sh TORCH_DIR PYTHON_VERSION OUT_DIR
 #
 # TORCH_DIR: the torch package of the target's exact version (its include/
 # and lib/; the unzipped wheel does: `pip download torch==2.11.0 --no-deps`,
 # then `unzip 'torch/include/*' 'torch/lib/*'`); PYTHON_VERSION: the
 # target's Python (3.12), whose headers must be here (pyenv's: its
 # interpreter is found as pythonX.Y or under $PYENV_ROOT); OUT_DIR:
-# where the module goes. Point $PYG_IOAWARE_AUTOGRAD_LIB at it on the target.
+# where the module goes. Point $PYG_IOAWARE_HOST_LIB at it on the target.
 # A normal install builds it with CMake instead (see CMakeLists.txt).
 set -euo pipefail
 torch_dir=$1 python_version=$2 out_dir=$3
@@ -24,9 +24,9 @@ cuda_include=${CUDA_HOME:-/usr/local/cuda}/include  # cuda_runtime_api.h, for c1
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$out_dir"
 g++ -O2 -shared -fPIC -std=c++17 -D_GLIBCXX_USE_CXX11_ABI=1 \
-  -DTORCH_EXTENSION_NAME=_native_autograd_ext -DTORCH_API_INCLUDE_EXTENSION_H \
+  -DTORCH_EXTENSION_NAME=_native_host_ext -DTORCH_API_INCLUDE_EXTENSION_H \
   -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" -I"$python_include" \
-  -I"$cuda_include" -I"$root/cuda/include" "$root/cuda/autograd/spmm_autograd.cpp" \
+  -I"$cuda_include" -I"$root/cuda/include" "$root"/cuda/host/*.cpp \
   -L"$torch_dir/lib" -lc10 -lc10_cuda -ltorch_cpu -ltorch -ltorch_python \
-  -o "$out_dir/_native_autograd_ext$suffix"
-echo "$out_dir/_native_autograd_ext$suffix"
+  -o "$out_dir/_native_host_ext$suffix"
+echo "$out_dir/_native_host_ext$suffix"

@@ -1,0 +1,45 @@
+// The native library's entry points as the host extension calls them:
+// addresses handed over by Python at load (pyg_ioaware._native_host), so
+// the extension links nothing of ours, and the helpers every call shares
+// (status check, dtype code, the current stream, torch tensors as the C
+// ABI's structs).
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+
+#include "pyg_ioaware.h"
+
+namespace pygio_host {
+
+struct NativeApi {
+  int (*spmm_csr)(const pygio_spmm_csr_params*) = nullptr;
+  int (*spmm_csr_workspace_size)(const pygio_spmm_csr_params*, size_t*) = nullptr;
+  int (*edge_index_stats)(const pygio_edge_stats_params*) = nullptr;
+  int (*csr_from_grouped)(const pygio_csr_from_grouped_params*) = nullptr;
+  int (*gcn_norm)(const pygio_gcn_norm_params*) = nullptr;
+  int (*mean_norm)(const pygio_mean_norm_params*) = nullptr;
+  const char* (*last_error)() = nullptr;
+  int64_t gemv_min_elements = 0;  // ops.bias_gradient.MIN_GEMV_SUM_ELEMENTS
+};
+extern NativeApi native;
+
+// Takes the entry points from {name: address} (every field above, by its
+// C name, and "gemv_min_elements").
+void set_native(const py::dict& entries);
+
+// A TORCH_CHECK failure with the library's message where status is not OK.
+void check(int status, const char* what);
+
+int32_t dtype_code(c10::ScalarType type);
+int32_t index_bits(c10::ScalarType type);
+void* current_stream(const torch::Tensor& on);
+
+// edge_index [2, E] (int32 or int64, any strides) as a pygio_edges.
+pygio_edges edges_of(const torch::Tensor& edge_index);
+
+// rowptr / col (one index dtype) as a pygio_csr of num_cols columns.
+pygio_csr csr_of(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t num_cols);
+
+}  // namespace pygio_host

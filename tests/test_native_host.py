@@ -1,0 +1,76 @@
+"""A new graph's native launches from C++ (the host extension, cuda/host)
+against the same launches through ctypes: the same statistics, CSR and
+edge values, bitwise, and the same errors (CUDA)."""
+import os
+
+import pytest
+import torch
+
+from _helpers import random_graph
+from pyg_ioaware import Graph, _native_host, config
+from pyg_ioaware.ops.normalize import normalized_values
+
+pytestmark = pytest.mark.cuda
+
+LAUNCHES = ("edge_index_stats", "csr_from_grouped", "gcn_norm", "mean_norm")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts of the extension's graph launches; skips where it is not built
+    for this torch (fails where $PYG_IOAWARE_HOST_LIB names one)."""
+    if os.environ.get(_native_host.ENV_MODULE_PATH):
+        assert _native_host.extension() is not None
+    module = _native_host.extension()
+    if module is None:
+        pytest.skip("the C++ host extension is not built for this torch")
+    count = dict.fromkeys(LAUNCHES, 0)
+    for name in LAUNCHES:
+        function = getattr(module, name)
+
+        def counted(*args, _name=name, _function=function):
+            count[_name] += 1
+            return _function(*args)
+
+        monkeypatch.setattr(module, name, counted)
+    return count
+
+
+def build(edge_index, num_nodes, host, monkeypatch):
+    monkeypatch.setattr(config, "native_host", host)
+    graph = Graph.from_edge_index(edge_index, num_nodes)
+    values = [normalized_values(graph, None, mode, torch.float32).values
+              for mode in ("gcn", "mean")]
+    return graph, values
+
+
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_graph_launches_match_ctypes(calls, monkeypatch, grouped, index_dtype):
+    edge_index = random_graph(500, 500, 4000, seed=41, hub_degree=900)
+    if grouped:
+        edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    edge_index = edge_index.to(index_dtype).cuda()
+    ctypes_graph, ctypes_values = build(edge_index, 500, False, monkeypatch)
+    assert sum(calls.values()) == 0
+    host_graph, host_values = build(edge_index, 500, True, monkeypatch)
+    assert calls["edge_index_stats"] == 1 and calls["gcn_norm"] == 1
+    assert calls["mean_norm"] == 1
+    assert host_graph.degree_bound == ctypes_graph.degree_bound
+    for name in ("rowptr", "col", "row", "edge_perm"):
+        a, b = getattr(host_graph, name), getattr(ctypes_graph, name)
+        assert (a is None and b is None) or torch.equal(a, b), name
+    for a, b in zip(host_values, ctypes_values):
+        assert torch.equal(a, b)
+
+
+def test_bad_indices_still_raise_before_any_kernel(calls, monkeypatch):
+    monkeypatch.setattr(config, "native_host", True)
+    edge_index = random_graph(50, 50, 300, seed=43).cuda()
+    edge_index[0, 7] = 50
+    with pytest.raises(ValueError, match="out of range"):
+        Graph.from_edge_index(edge_index, 50)
+    edge_index[0, 7] = -1
+    with pytest.raises(ValueError, match="negative|out of range"):
+        Graph.from_edge_index(edge_index, 50)
+    assert calls["edge_index_stats"] == 2 and calls["csr_from_grouped"] == 0
