@@ -131,6 +131,8 @@ RUN_TITLES = {
         "gradient the kernels write in place (issues 8, 9)",
     "results_h200_packed_state_minibatch":
         "State on an H200: mini-batch steps of all six layer cases (issues 5, 7-9)",
+    "results_h200_native_host_minibatch":
+        "Every mini-batch layer with the C++ host extension (issue 5)",
     "results_h200_gatv2_out_bias":
         "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
         "H200 (issue 8)",
