@@ -49,29 +49,13 @@ void csr_from_grouped(const torch::Tensor& edge_index, int64_t num_rows,
   check(native.csr_from_grouped(&p), "pygio_csr_from_grouped");
 }
 
-void gcn_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-              const c10::optional<torch::Tensor>& weight,
-              const c10::optional<torch::Tensor>& origin, const torch::Tensor& deg_inv_sqrt,
-              const torch::Tensor& values) {
-  pygio_gcn_norm_params p{};
-  p.struct_size = sizeof(p);
-  p.dtype = dtype_code(values.scalar_type());
-  p.device = rowptr.get_device();
-  p.a = csr_of(rowptr, col, rowptr.numel() - 1);
-  p.row = row.data_ptr();
-  p.weight = optional_pointer(weight);
-  p.origin = static_cast<const int64_t*>(optional_pointer(origin));
-  p.deg_inv_sqrt = deg_inv_sqrt.data_ptr();
-  p.values = values.data_ptr();
-  p.stream = current_stream(rowptr);
-  check(native.gcn_norm(&p), "pygio_gcn_norm");
-}
-
-void mean_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-               const c10::optional<torch::Tensor>& weight,
-               const c10::optional<torch::Tensor>& origin, int64_t num_cols,
-               const torch::Tensor& values) {
-  pygio_mean_norm_params p{};
+namespace {
+// The fields pygio_gcn_norm_params and pygio_mean_norm_params share.
+template <typename Params>
+Params norm_params(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t num_cols,
+                   const torch::Tensor& row, const c10::optional<torch::Tensor>& weight,
+                   const c10::optional<torch::Tensor>& origin, const torch::Tensor& values) {
+  Params p{};
   p.struct_size = sizeof(p);
   p.dtype = dtype_code(values.scalar_type());
   p.device = rowptr.get_device();
@@ -81,6 +65,26 @@ void mean_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torc
   p.origin = static_cast<const int64_t*>(optional_pointer(origin));
   p.values = values.data_ptr();
   p.stream = current_stream(rowptr);
+  return p;
+}
+}  // namespace
+
+void gcn_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
+              const c10::optional<torch::Tensor>& weight,
+              const c10::optional<torch::Tensor>& origin, const torch::Tensor& deg_inv_sqrt,
+              const torch::Tensor& values) {
+  auto p = norm_params<pygio_gcn_norm_params>(rowptr, col, rowptr.numel() - 1, row, weight,
+                                              origin, values);
+  p.deg_inv_sqrt = deg_inv_sqrt.data_ptr();
+  check(native.gcn_norm(&p), "pygio_gcn_norm");
+}
+
+void mean_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
+               const c10::optional<torch::Tensor>& weight,
+               const c10::optional<torch::Tensor>& origin, int64_t num_cols,
+               const torch::Tensor& values) {
+  const auto p =
+      norm_params<pygio_mean_norm_params>(rowptr, col, num_cols, row, weight, origin, values);
   check(native.mean_norm(&p), "pygio_mean_norm");
 }
 
