@@ -271,20 +271,14 @@ __global__ void gatv2_backward_hub_rows_finish_kernel(const __grid_constant__
                                                       pygio_gatv2_backward_params p,
                                                       GatShape s, GatGradHubs hubs,
                                                       const float* __restrict__ g) {
-  const int64_t num_hubs = hub_count(hubs.list);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
-  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                      threadIdx.x / kWarpSize;
-       slot < num_hubs; slot += warps) {
-    const int64_t row = hubs.list.hubs[slot].row;
+  for_each_hub_warp(hubs, [&](int64_t slot, int64_t row, int lane) {
     const float* a = hubs.acc + 2 * slot * s.width();
     for (int64_t k = lane; k < s.width(); k += kWarpSize) {
       const float dxr = a[k] - g[row * s.heads + k / s.channels] * a[s.width() + k];
       static_cast<scalar_t*>(p.grad_x_r)[row * p.grad_x_r_row_stride + k] =
           DTypeTraits<scalar_t>::store(dxr);
     }
-  }
+  });
 }
 
 // grad_x_l, grad_edge and grad_att terms of every row of a_t that is not a

@@ -73,6 +73,19 @@ struct GatGradHubs {
   float* acc;
 };
 
+// body(slot, row, lane) for each registered hub of `hubs`, a warp per hub
+// (grid-stride over the hub slots); row is the hub's row.
+template <typename Body>
+__device__ __forceinline__ void for_each_hub_warp(const GatGradHubs& hubs, Body&& body) {
+  const int64_t num_hubs = hub_count(hubs.list);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
+  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
+                      threadIdx.x / kWarpSize;
+       slot < num_hubs; slot += warps)
+    body(slot, hubs.list.hubs[slot].row, lane);
+}
+
 // One output of attention_hub_rows_finish_kernel: [rows, width] with rows
 // `row_stride` elements apart.
 template <typename scalar_t>
@@ -87,20 +100,14 @@ template <typename scalar_t>
 __global__ void attention_hub_rows_finish_kernel(GatGradHubs hubs, int64_t width, int count,
                                                  HubRowsOutput<scalar_t> out0,
                                                  HubRowsOutput<scalar_t> out1) {
-  const int64_t num_hubs = hub_count(hubs.list);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarpSize);
-  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) +
-                      threadIdx.x / kWarpSize;
-       slot < num_hubs; slot += warps) {
-    const int64_t row = hubs.list.hubs[slot].row;
+  for_each_hub_warp(hubs, [&](int64_t slot, int64_t row, int lane) {
     for (int n = 0; n < count; ++n) {
       const HubRowsOutput<scalar_t>& out = n == 0 ? out0 : out1;
       const float* acc = hubs.acc + (slot * count + n) * width;
       for (int64_t k = lane; k < width; k += kWarpSize)
         out.data[row * out.row_stride + k] = DTypeTraits<scalar_t>::store(acc[k]);
     }
-  }
+  });
 }
 
 // The runtime shape every kernel needs besides its traits.
