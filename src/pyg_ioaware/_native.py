@@ -1056,12 +1056,9 @@ def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
     if host is not None:
         host.gcn_norm(rowptr, col, row, weight, origin, deg_inv_sqrt, values)
         return
-    p, ref = _reused_params(GcnNormParams)
-    p.dtype, p.device = _dtype_code(values.dtype), rowptr.device.index
-    p.a, p.row = _csr(rowptr, col, rowptr.numel() - 1), row.data_ptr()
-    p.weight, p.origin = pointer(weight), _int64_pointer(origin)
-    p.deg_inv_sqrt, p.values = deg_inv_sqrt.data_ptr(), values.data_ptr()
-    p.stream = stream_of(rowptr)
+    p, ref = _norm_params(GcnNormParams, rowptr, col, rowptr.numel() - 1, row, weight, origin,
+                          values)
+    p.deg_inv_sqrt = deg_inv_sqrt.data_ptr()
     check(library().pygio_gcn_norm(ref))
 
 
@@ -1073,12 +1070,21 @@ def mean_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor]
     if host is not None:
         host.mean_norm(rowptr, col, row, weight, origin, num_cols, values)
         return
-    p, ref = _reused_params(MeanNormParams)
+    _, ref = _norm_params(MeanNormParams, rowptr, col, num_cols, row, weight, origin, values)
+    check(library().pygio_mean_norm(ref))
+
+
+def _norm_params(cls: type, rowptr: Tensor, col: Tensor, num_cols: int, row: Tensor,
+                 weight: Optional[Tensor], origin: Optional[Tensor], values: Tensor) -> tuple:
+    """(params, byref) of this thread's reused ``cls`` (GcnNormParams or
+    MeanNormParams) with the fields both share filled (twin of
+    cuda/host/graph_build.cpp's norm_params)."""
+    p, ref = _reused_params(cls)
     p.dtype, p.device = _dtype_code(values.dtype), rowptr.device.index
     p.a, p.row = _csr(rowptr, col, num_cols), row.data_ptr()
     p.weight, p.origin = pointer(weight), _int64_pointer(origin)
     p.values, p.stream = values.data_ptr(), stream_of(rowptr)
-    check(library().pygio_mean_norm(ref))
+    return p, ref
 
 
 def _edges(edge_index: Tensor) -> Edges:
