@@ -169,7 +169,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
   }
 
  private:
-  // ops.spmm.LazyTranspose's rule, on the graph's state (fallback.state,
+  // ops.spmm.LazyTranspose's rule, on the graph's state (fallback.graph.state,
   // read and written under the GIL): the graph's first backward pass runs
   // the transposed SpMM over A where the work is small; a later pass, a
   // large one, a deterministic one, or one after the CSR^T was built gets
@@ -178,7 +178,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
                                 bool deterministic) {
     if (deterministic) return false;
     py::gil_scoped_acquire gil;
-    py::object state = python_object(ctx->saved_data["fallback"]).attr("state");
+    py::object state = python_object(ctx->saved_data["fallback"]).attr("graph").attr("state");
     if (!state.attr("transpose").is_none()) return false;
     const int64_t task = torch::autograd::get_current_graph_task_id();
     py::object first = state.attr("first_backward_task");

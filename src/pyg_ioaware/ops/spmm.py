@@ -203,7 +203,6 @@ class NativeAutogradFallback:
 
     def __init__(self, graph, edge_values):
         self.graph = graph
-        self.state = graph.state  # read by the C++ backward under the GIL
         self.edge_values = edge_values
 
     def transpose(self) -> tuple:
