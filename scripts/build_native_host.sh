@@ -23,7 +23,7 @@ suffix=$("$python" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUF
 cuda_include=${CUDA_HOME:-/usr/local/cuda}/include  # cuda_runtime_api.h, for c10/cuda
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 mkdir -p "$out_dir"
-g++ -O2 -shared -fPIC -std=c++17 -D_GLIBCXX_USE_CXX11_ABI=1 \
+g++ -O2 -shared -fPIC -fvisibility=hidden -std=c++17 -D_GLIBCXX_USE_CXX11_ABI=1 \
   -DTORCH_EXTENSION_NAME=_native_host_ext -DTORCH_API_INCLUDE_EXTENSION_H \
   -I"$torch_dir/include" -I"$torch_dir/include/torch/csrc/api/include" -I"$python_include" \
   -I"$cuda_include" -I"$root/cuda/include" "$root"/cuda/host/*.cpp \

@@ -377,15 +377,21 @@ def test_cuda_new_graph_attention_step_costs_one_sync(layer):
 
 
 @pytest.mark.cuda
-def test_cuda_prefetch_starts_the_one_read_of_a_new_graph(monkeypatch):
-    """graph.prefetch enqueues a new edge_index's statistics; the build then
-    reads them (the one wait) and gives the Graph it gives without; a
-    tensor changed in place since, a cached graph, other inputs, a graph
-    below PREFETCH_MIN_EDGES and a dead tensor leave nothing behind, and
-    bad indices still raise at the build."""
+@pytest.mark.parametrize("host", [False, True])
+def test_cuda_prefetch_starts_the_one_read_of_a_new_graph(host, monkeypatch):
+    """graph.prefetch enqueues a new edge_index's statistics (from Python,
+    or from C++ where the host extension is loaded); the build then reads
+    them (the one wait) and gives the Graph it gives without; a tensor
+    changed in place since, a cached graph, other inputs, a graph below
+    PREFETCH_MIN_EDGES and a dead tensor leave nothing behind, and bad
+    indices still raise at the build."""
+    from pyg_ioaware import _native_host, config
     from pyg_ioaware import graph as graph_module
     from pyg_ioaware.graph import _STATS_IN_FLIGHT, prefetch
 
+    if host and _native_host.extension() is None:
+        pytest.skip("the C++ host extension is not built for this torch")
+    monkeypatch.setattr(config, "native_host", host)
     edge_index = random_graph(300, 300, 3000, seed=36).cuda()
     monkeypatch.setattr(graph_module, "PREFETCH_MIN_EDGES", edge_index.size(1) + 1)
     prefetch(edge_index.clone())

@@ -12,7 +12,8 @@ from pyg_ioaware.ops.normalize import normalized_values
 
 pytestmark = pytest.mark.cuda
 
-LAUNCHES = ("edge_index_stats", "csr_from_grouped", "gcn_norm", "mean_norm")
+LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "csr_from_grouped", "csr_add_self_loops",
+            "gcn_norm", "mean_norm")
 
 
 @pytest.fixture
@@ -37,11 +38,16 @@ def calls(monkeypatch):
 
 
 def build(edge_index, num_nodes, host, monkeypatch):
+    """The graph, its self-loop graph and their edge values, built with the
+    extension on or off."""
     monkeypatch.setattr(config, "native_host", host)
     graph = Graph.from_edge_index(edge_index, num_nodes)
-    values = [normalized_values(graph, None, mode, torch.float32).values
-              for mode in ("gcn", "mean")]
-    return graph, values
+    looped = graph.with_remaining_self_loops()
+    values = [normalized_values(graph, None, mode, dtype).values
+              for mode in ("gcn", "mean") for dtype in (torch.float32, torch.bfloat16)]
+    values.append(normalized_values(looped, None, "gcn", torch.float16).values)
+    values.append(looped.state.edge_origin)
+    return (graph, looped), values
 
 
 @pytest.mark.parametrize("grouped", [True, False])
@@ -51,17 +57,37 @@ def test_graph_launches_match_ctypes(calls, monkeypatch, grouped, index_dtype):
     if grouped:
         edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)]
     edge_index = edge_index.to(index_dtype).cuda()
-    ctypes_graph, ctypes_values = build(edge_index, 500, False, monkeypatch)
+    ctypes_graphs, ctypes_values = build(edge_index, 500, False, monkeypatch)
     assert sum(calls.values()) == 0
-    host_graph, host_values = build(edge_index, 500, True, monkeypatch)
-    assert calls["edge_index_stats"] == 1 and calls["gcn_norm"] == 1
-    assert calls["mean_norm"] == 1
-    assert host_graph.degree_bound == ctypes_graph.degree_bound
-    for name in ("rowptr", "col", "row", "edge_perm"):
-        a, b = getattr(host_graph, name), getattr(ctypes_graph, name)
-        assert (a is None and b is None) or torch.equal(a, b), name
+    host_graphs, host_values = build(edge_index, 500, True, monkeypatch)
+    assert calls["edge_index_stats"] == 1 and calls["csr_add_self_loops"] == 1
+    converted = host_graphs[0].index_dtype != index_dtype  # else no launch: views of the input
+    assert calls["csr_from_grouped"] == (1 if grouped and converted else 0)
+    assert calls["gcn_norm"] == 3 and calls["mean_norm"] == 2
+    for host_graph, ctypes_graph in zip(host_graphs, ctypes_graphs):
+        assert host_graph.degree_bound == ctypes_graph.degree_bound
+        for name in ("rowptr", "col", "row", "edge_perm"):
+            a, b = getattr(host_graph, name), getattr(ctypes_graph, name)
+            assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b)), name
     for a, b in zip(host_values, ctypes_values):
-        assert torch.equal(a, b)
+        assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_stats_read_started_early_matches_ctypes(calls, monkeypatch, index_dtype):
+    """EdgeStatsRead (graph.prefetch's start from C++) reads what the ctypes
+    start reads, after work enqueued behind it, and a second read of it
+    gives the same values."""
+    from pyg_ioaware import _native
+    edge_index = random_graph(400, 300, 5000, seed=44, hub_degree=800).to(index_dtype).cuda()
+    monkeypatch.setattr(config, "native_host", False)
+    expected = _native.start_edge_index_stats(edge_index).read()
+    monkeypatch.setattr(config, "native_host", True)
+    pending = _native.start_edge_index_stats(edge_index)
+    torch.randn(512, 512, device="cuda").matmul(torch.randn(512, 512, device="cuda"))
+    assert calls["EdgeStatsRead"] == 1
+    assert pending.read() == expected == pending.read()
+    assert _native.decode_edge_index_stats(expected) == _native.edge_index_stats(edge_index)
 
 
 def test_bad_indices_still_raise_before_any_kernel(calls, monkeypatch):

@@ -20,8 +20,9 @@ class FakeLibrary:
         return self.abi
 
 
-def fake_module(torch_version, abi):
-    module = types.SimpleNamespace(TORCH_VERSION=torch_version, ABI_VERSION=abi, native=None)
+def fake_module(torch_version, abi, host_api=_native_host.HOST_API_VERSION):
+    module = types.SimpleNamespace(TORCH_VERSION=torch_version, ABI_VERSION=abi,
+                                   HOST_API_VERSION=host_api, native=None)
     module.set_native = lambda entries: setattr(module, "native", entries)
     return module
 
@@ -60,15 +61,20 @@ def test_a_module_for_this_torch_and_abi_is_taken_and_given_the_entry_points(loa
     assert set(module.native) == {*_native_host.ENTRY_POINTS, "gemv_min_elements"}
 
 
-@pytest.mark.parametrize("torch_version, abi", [("1.0.0", 5), (RUNNING, 4)])
-def test_a_module_for_another_torch_or_abi_is_refused(loader, torch_version, abi):
-    setup(loader, fake_module(torch_version, abi))
+# Another torch, another native ABI, another interface of the module's own.
+MISFITS = [("1.0.0", 5, _native_host.HOST_API_VERSION), (RUNNING, 4, _native_host.HOST_API_VERSION),
+           (RUNNING, 5, _native_host.HOST_API_VERSION - 1)]
+
+
+@pytest.mark.parametrize("torch_version, abi, host_api", MISFITS)
+def test_a_module_for_another_torch_or_abi_is_refused(loader, torch_version, abi, host_api):
+    setup(loader, fake_module(torch_version, abi, host_api))
     assert _native_host.extension() is None
 
 
-@pytest.mark.parametrize("torch_version, abi", [("1.0.0", 5), (RUNNING, 4)])
-def test_a_named_module_that_does_not_fit_is_an_error(loader, torch_version, abi):
-    setup(loader, fake_module(torch_version, abi), env_path="/x/module.so")
+@pytest.mark.parametrize("torch_version, abi, host_api", MISFITS)
+def test_a_named_module_that_does_not_fit_is_an_error(loader, torch_version, abi, host_api):
+    setup(loader, fake_module(torch_version, abi, host_api), env_path="/x/module.so")
     with pytest.raises(_native.NativeError, match="built for"):
         _native_host.extension()
 

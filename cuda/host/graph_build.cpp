@@ -1,5 +1,7 @@
 #include "graph_build.h"
 
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/Exceptions.h>
 
 #include "native_api.h"
@@ -12,9 +14,9 @@ const void* optional_pointer(const c10::optional<torch::Tensor>& tensor) {
 }
 }  // namespace
 
-std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index) {
-  // torch's warnings (sync debug mode's, of the read below) reach Python's
-  // warnings as from any torch call, not stderr.
+EdgeStatsRead::EdgeStatsRead(const torch::Tensor& edge_index) {
+  // torch's warnings (sync debug mode's) reach Python's warnings as from
+  // any torch call, not stderr.
   torch::PyWarningHandler warnings;
   torch::Tensor stats =
       torch::empty({PYGIO_EDGE_STATS}, edge_index.options().dtype(torch::kLong));
@@ -25,28 +27,77 @@ std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index) {
   p.stats = stats.data_ptr<int64_t>();
   p.stream = current_stream(edge_index);
   check(native.edge_index_stats(&p), "pygio_edge_index_stats");
-  const torch::Tensor host = stats.to(torch::kCPU);  // the build's one host wait
-  const int64_t* values = host.data_ptr<int64_t>();
+  host_ = torch::empty({PYGIO_EDGE_STATS}, torch::dtype(torch::kLong).pinned_memory(true));
+  host_.copy_(stats, /*non_blocking=*/true);
+  copied_.record(c10::cuda::getCurrentCUDAStream(edge_index.get_device()));
+}
+
+std::vector<int64_t> EdgeStatsRead::read() const {
+  {
+    // A host wait, as torch.cuda.set_sync_debug_mode sees one (an event
+    // wait is not reported by torch itself); its warning reaches Python.
+    torch::PyWarningHandler warnings;
+    c10::cuda::warn_or_error_on_sync();
+  }
+  py::gil_scoped_release no_gil;  // other Python threads run while this one waits
+  copied_.synchronize();
+  const int64_t* values = host_.data_ptr<int64_t>();
   return std::vector<int64_t>(values, values + PYGIO_EDGE_STATS);
 }
 
-void csr_from_grouped(const torch::Tensor& edge_index, int64_t num_rows,
-                      const torch::Tensor& rowptr, const torch::Tensor& col,
-                      const torch::Tensor& row) {
-  TORCH_CHECK(rowptr.scalar_type() == col.scalar_type() &&
-                  col.scalar_type() == row.scalar_type(),
-              "csr_from_grouped: rowptr, col and row must share one index dtype");
+std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index) {
+  return EdgeStatsRead(edge_index).read();
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_from_grouped(
+    const torch::Tensor& edge_index, int64_t num_rows, c10::ScalarType index_dtype) {
+  const auto options = edge_index.options().dtype(index_dtype);
+  torch::Tensor rowptr = torch::empty({num_rows + 1}, options);
+  torch::Tensor col = torch::empty({edge_index.size(1)}, options);
+  torch::Tensor row = torch::empty({edge_index.size(1)}, options);
   pygio_csr_from_grouped_params p{};
   p.struct_size = sizeof(p);
   p.device = edge_index.get_device();
   p.edges = edges_of(edge_index);
   p.num_rows = num_rows;
-  p.out_index_bits = index_bits(rowptr.scalar_type());
+  p.out_index_bits = index_bits(index_dtype);
   p.out_rowptr = rowptr.data_ptr();
   p.out_col = col.data_ptr();
   p.out_row = row.data_ptr();
   p.stream = current_stream(edge_index);
   check(native.csr_from_grouped(&p), "pygio_csr_from_grouped");
+  return {rowptr, col, row};
+}
+
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_self_loops(
+    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
+    const c10::optional<torch::Tensor>& edge_perm) {
+  const auto index_dtype = rowptr.scalar_type();
+  TORCH_CHECK(col.scalar_type() == index_dtype && row.scalar_type() == index_dtype &&
+                  (!edge_perm.has_value() || edge_perm->scalar_type() == index_dtype),
+              "csr_add_self_loops: every index tensor must share one dtype");
+  const int64_t num_nodes = rowptr.numel() - 1, entries = col.numel() + num_nodes;
+  torch::Tensor out_rowptr = torch::empty({num_nodes + 1}, rowptr.options());
+  torch::Tensor out_col = torch::empty({entries}, rowptr.options());
+  torch::Tensor out_row = torch::empty({entries}, rowptr.options());
+  torch::Tensor out_origin = torch::empty({entries}, rowptr.options().dtype(torch::kLong));
+  pygio_self_loops_params p{};
+  p.struct_size = sizeof(p);
+  p.index_bits = index_bits(index_dtype);
+  p.device = rowptr.get_device();
+  p.num_nodes = num_nodes;
+  p.nnz = col.numel();
+  p.rowptr = rowptr.data_ptr();
+  p.col = col.data_ptr();
+  p.row = row.data_ptr();
+  p.edge_perm = optional_pointer(edge_perm);
+  p.out_rowptr = out_rowptr.data_ptr();
+  p.out_col = out_col.data_ptr();
+  p.out_row = out_row.data_ptr();
+  p.out_origin = out_origin.data_ptr<int64_t>();
+  p.stream = current_stream(rowptr);
+  check(native.csr_add_self_loops(&p), "pygio_csr_add_self_loops");
+  return {out_rowptr, out_col, out_row, out_origin};
 }
 
 namespace {
@@ -69,23 +120,35 @@ Params norm_params(const torch::Tensor& rowptr, const torch::Tensor& col, int64_
 }
 }  // namespace
 
-void gcn_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-              const c10::optional<torch::Tensor>& weight,
-              const c10::optional<torch::Tensor>& origin, const torch::Tensor& deg_inv_sqrt,
-              const torch::Tensor& values) {
+namespace {
+// Float accumulation, double for float64 values (the C ABI's rule).
+c10::ScalarType accumulator_of(c10::ScalarType dtype) {
+  return dtype == c10::kDouble ? c10::kDouble : c10::kFloat;
+}
+}  // namespace
+
+torch::Tensor gcn_norm(const torch::Tensor& rowptr, const torch::Tensor& col,
+                       const torch::Tensor& row, const c10::optional<torch::Tensor>& weight,
+                       const c10::optional<torch::Tensor>& origin, c10::ScalarType dtype) {
+  torch::Tensor values = torch::empty({col.numel()}, col.options().dtype(dtype));
+  torch::Tensor deg_inv_sqrt =
+      torch::empty({rowptr.numel() - 1}, col.options().dtype(accumulator_of(dtype)));
   auto p = norm_params<pygio_gcn_norm_params>(rowptr, col, rowptr.numel() - 1, row, weight,
                                               origin, values);
   p.deg_inv_sqrt = deg_inv_sqrt.data_ptr();
   check(native.gcn_norm(&p), "pygio_gcn_norm");
+  return values;
 }
 
-void mean_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-               const c10::optional<torch::Tensor>& weight,
-               const c10::optional<torch::Tensor>& origin, int64_t num_cols,
-               const torch::Tensor& values) {
+torch::Tensor mean_norm(const torch::Tensor& rowptr, const torch::Tensor& col,
+                        const torch::Tensor& row, const c10::optional<torch::Tensor>& weight,
+                        const c10::optional<torch::Tensor>& origin, int64_t num_cols,
+                        c10::ScalarType dtype) {
+  torch::Tensor values = torch::empty({col.numel()}, col.options().dtype(dtype));
   const auto p =
       norm_params<pygio_mean_norm_params>(rowptr, col, num_cols, row, weight, origin, values);
   check(native.mean_norm(&p), "pygio_mean_norm");
+  return values;
 }
 
 }  // namespace pygio_host

@@ -1,36 +1,62 @@
 // A new graph's native launches, called from C++ in place of ctypes (each
 // ctypes call took 20-60 us of host time on an H200 host, a large share of
 // a small mini-batch step): the edge statistics and their read back, the
-// CSR of edges grouped by destination, and the normalized edge values. The
+// CSR of edges grouped by destination, the graph with self loops and the
+// normalized edge values, each allocating its outputs (a torch.empty from
+// Python costs several microseconds, from C++ well under one). The
 // contracts are the C ABI's (cuda/include/pyg_ioaware.h); the Python
 // wrappers of pyg_ioaware._native call these where the extension is loaded.
 #pragma once
 
+#include <c10/core/Event.h>
 #include <torch/extension.h>
 
+#include <tuple>
 #include <vector>
 
 namespace pygio_host {
 
-// pygio_edge_index_stats over a CUDA edge_index [2, E], E > 0, read back:
-// the PYGIO_EDGE_STATS values as the kernel wrote them (one host wait).
+// The statistics of one CUDA edge_index [2, E], E > 0, on their way to the
+// host: the constructor enqueues pygio_edge_index_stats, a copy into pinned
+// memory and an event after it, and returns without waiting; read() waits
+// for that copy only (the build's one host wait, reported to torch's sync
+// debug mode, the GIL released meanwhile; called with the GIL held) and
+// gives the PYGIO_EDGE_STATS values as the kernel wrote them.
+class EdgeStatsRead {
+ public:
+  explicit EdgeStatsRead(const torch::Tensor& edge_index);
+  std::vector<int64_t> read() const;
+
+ private:
+  torch::Tensor host_;
+  c10::Event copied_{c10::DeviceType::CUDA};
+};
+
+// EdgeStatsRead(edge_index).read(): enqueued and read at once.
 std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index);
 
-// pygio_csr_from_grouped into rowptr / col / row (one index dtype).
-void csr_from_grouped(const torch::Tensor& edge_index, int64_t num_rows,
-                      const torch::Tensor& rowptr, const torch::Tensor& col,
-                      const torch::Tensor& row);
+// pygio_csr_from_grouped: (rowptr [num_rows + 1], col [E], row [E]) in
+// index_dtype, allocated here.
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_from_grouped(
+    const torch::Tensor& edge_index, int64_t num_rows, c10::ScalarType index_dtype);
 
-// pygio_gcn_norm: GCN's symmetric normalization of a square CSR graph.
-void gcn_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-              const c10::optional<torch::Tensor>& weight,
-              const c10::optional<torch::Tensor>& origin, const torch::Tensor& deg_inv_sqrt,
-              const torch::Tensor& values);
+// pygio_csr_add_self_loops: (rowptr, col, row, origin) of the square CSR
+// graph with PyG's remaining self loops, allocated here (indices in the
+// input's index dtype, origin int64).
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_self_loops(
+    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
+    const c10::optional<torch::Tensor>& edge_perm);
 
-// pygio_mean_norm: mean aggregation's edge values of a CSR graph.
-void mean_norm(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-               const c10::optional<torch::Tensor>& weight,
-               const c10::optional<torch::Tensor>& origin, int64_t num_cols,
-               const torch::Tensor& values);
+// pygio_gcn_norm: GCN's symmetric normalization of a square CSR graph, its
+// values [E] in dtype (the degrees' scratch allocated here too).
+torch::Tensor gcn_norm(const torch::Tensor& rowptr, const torch::Tensor& col,
+                       const torch::Tensor& row, const c10::optional<torch::Tensor>& weight,
+                       const c10::optional<torch::Tensor>& origin, c10::ScalarType dtype);
+
+// pygio_mean_norm: mean aggregation's edge values of a CSR graph [E] in dtype.
+torch::Tensor mean_norm(const torch::Tensor& rowptr, const torch::Tensor& col,
+                        const torch::Tensor& row, const c10::optional<torch::Tensor>& weight,
+                        const c10::optional<torch::Tensor>& origin, int64_t num_cols,
+                        c10::ScalarType dtype);
 
 }  // namespace pygio_host

@@ -21,6 +21,7 @@ void set_native(const py::dict& entries) {
   take(entries, "pygio_spmm_csr_workspace_size", &native.spmm_csr_workspace_size);
   take(entries, "pygio_edge_index_stats", &native.edge_index_stats);
   take(entries, "pygio_csr_from_grouped", &native.csr_from_grouped);
+  take(entries, "pygio_csr_add_self_loops", &native.csr_add_self_loops);
   take(entries, "pygio_gcn_norm", &native.gcn_norm);
   take(entries, "pygio_mean_norm", &native.mean_norm);
   take(entries, "pygio_last_error", &native.last_error);

@@ -18,6 +18,7 @@ struct NativeApi {
   int (*spmm_csr_workspace_size)(const pygio_spmm_csr_params*, size_t*) = nullptr;
   int (*edge_index_stats)(const pygio_edge_stats_params*) = nullptr;
   int (*csr_from_grouped)(const pygio_csr_from_grouped_params*) = nullptr;
+  int (*csr_add_self_loops)(const pygio_self_loops_params*) = nullptr;
   int (*gcn_norm)(const pygio_gcn_norm_params*) = nullptr;
   int (*mean_norm)(const pygio_mean_norm_params*) = nullptr;
   const char* (*last_error)() = nullptr;

@@ -19,7 +19,7 @@ import os
 import pathlib
 import sys
 import threading
-from typing import NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -1028,50 +1028,61 @@ def transformer_alpha(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, edge: O
     check(library().pygio_transformer_alpha(ctypes.byref(params)))
 
 
-def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Optional[Tensor],
-                       out_rowptr: Tensor, out_col: Tensor, out_row: Tensor,
-                       out_origin: Tensor) -> None:
-    """Enqueues PyG's remaining self loops of a square CSR graph into the
-    out_* tensors (contract: pygio_csr_add_self_loops in pyg_ioaware.h)."""
-    indices = [rowptr, col, row, out_rowptr, out_col, out_row]
-    if edge_perm is not None:
-        indices.append(edge_perm)
+def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor,
+                       edge_perm: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Enqueues PyG's remaining self loops of a square CSR graph: (rowptr,
+    col, row, origin), indices in the input's dtype, origin int64 (contract:
+    pygio_csr_add_self_loops in pyg_ioaware.h)."""
+    indices = [rowptr, col, row] + ([] if edge_perm is None else [edge_perm])
     if any(t.dtype != rowptr.dtype for t in indices):
         raise TypeError("csr_add_self_loops: every index tensor must share one dtype")
+    host = _native_host.active()
+    if host is not None:
+        return host.csr_add_self_loops(rowptr, col, row, edge_perm)
+    num_nodes, entries = rowptr.numel() - 1, col.numel() + rowptr.numel() - 1
+    out_rowptr = torch.empty(num_nodes + 1, dtype=rowptr.dtype, device=rowptr.device)
+    out_col, out_row = (torch.empty(entries, dtype=rowptr.dtype, device=rowptr.device)
+                        for _ in range(2))
+    out_origin = torch.empty(entries, dtype=torch.int64, device=rowptr.device)
     params = SelfLoopsParams(struct_size=ctypes.sizeof(SelfLoopsParams),
                              index_bits=index_bits(rowptr.dtype), device=rowptr.device.index,
-                             num_nodes=rowptr.numel() - 1, nnz=col.numel(),
+                             num_nodes=num_nodes, nnz=col.numel(),
                              rowptr=rowptr.data_ptr(), col=col.data_ptr(), row=row.data_ptr(),
                              edge_perm=pointer(edge_perm), out_rowptr=out_rowptr.data_ptr(),
                              out_col=out_col.data_ptr(), out_row=out_row.data_ptr(),
                              out_origin=_int64_pointer(out_origin), stream=stream_of(rowptr))
     check(library().pygio_csr_add_self_loops(ctypes.byref(params)))
+    return out_rowptr, out_col, out_row, out_origin
 
 
 def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
-             origin: Optional[Tensor], deg_inv_sqrt: Tensor, values: Tensor) -> None:
-    """Enqueues GCN's symmetric normalization of a square CSR graph into
-    ``values`` (contract: pygio_gcn_norm in pyg_ioaware.h)."""
+             origin: Optional[Tensor], dtype: torch.dtype) -> Tensor:
+    """Enqueues GCN's symmetric normalization of a square CSR graph: its
+    values [E] in ``dtype`` (contract: pygio_gcn_norm in pyg_ioaware.h)."""
     host = _native_host.active()
     if host is not None:
-        host.gcn_norm(rowptr, col, row, weight, origin, deg_inv_sqrt, values)
-        return
+        return host.gcn_norm(rowptr, col, row, weight, origin, dtype)
+    values = torch.empty(col.numel(), dtype=dtype, device=col.device)
+    deg_inv_sqrt = torch.empty(rowptr.numel() - 1, device=col.device,
+                               dtype=torch.float64 if dtype == torch.float64 else torch.float32)
     p, ref = _norm_params(GcnNormParams, rowptr, col, rowptr.numel() - 1, row, weight, origin,
                           values)
     p.deg_inv_sqrt = deg_inv_sqrt.data_ptr()
     check(library().pygio_gcn_norm(ref))
+    return values
 
 
 def mean_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
-              origin: Optional[Tensor], num_cols: int, values: Tensor) -> None:
-    """Enqueues mean aggregation's edge values of a CSR graph into ``values``
-    (contract: pygio_mean_norm in pyg_ioaware.h)."""
+              origin: Optional[Tensor], num_cols: int, dtype: torch.dtype) -> Tensor:
+    """Enqueues mean aggregation's edge values of a CSR graph: [E] in
+    ``dtype`` (contract: pygio_mean_norm in pyg_ioaware.h)."""
     host = _native_host.active()
     if host is not None:
-        host.mean_norm(rowptr, col, row, weight, origin, num_cols, values)
-        return
+        return host.mean_norm(rowptr, col, row, weight, origin, num_cols, dtype)
+    values = torch.empty(col.numel(), dtype=dtype, device=col.device)
     _, ref = _norm_params(MeanNormParams, rowptr, col, num_cols, row, weight, origin, values)
     check(library().pygio_mean_norm(ref))
+    return values
 
 
 def _norm_params(cls: type, rowptr: Tensor, col: Tensor, num_cols: int, row: Tensor,
@@ -1114,10 +1125,10 @@ class EdgeIndexStats(NamedTuple):
     self_loops: int
 
 
-def enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
+def _enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
     """Enqueues one pass over a CUDA edge_index [2, E] with E > 0 and returns
     its EDGE_STATS int64 values on the device, not yet read (contract:
-    pygio_edge_index_stats; :func:`decode_edge_index_stats` reads them)."""
+    pygio_edge_index_stats)."""
     stats = torch.empty(EDGE_STATS, dtype=torch.int64, device=edge_index.device)
     p, ref = _reused_params(EdgeStatsParams)
     p.device, p.edges = edge_index.device.index, _edges(edge_index)
@@ -1126,8 +1137,35 @@ def enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
     return stats
 
 
+class _EdgeStatsRead:
+    """The ctypes twin of the host extension's EdgeStatsRead: the statistics
+    enqueued, copied into pinned memory, an event after the copy; ``read()``
+    waits for the copy only and gives the raw values."""
+    __slots__ = ("host", "copied")
+
+    def __init__(self, edge_index: Tensor):
+        stats = _enqueue_edge_index_stats(edge_index)
+        self.host = torch.empty(EDGE_STATS, dtype=torch.int64, pin_memory=True)
+        self.host.copy_(stats, non_blocking=True)
+        self.copied = torch.cuda.Event()
+        self.copied.record(torch.cuda.current_stream(edge_index.device))
+
+    def read(self) -> list:
+        self.copied.synchronize()
+        return self.host.tolist()
+
+
+def start_edge_index_stats(edge_index: Tensor) -> Any:
+    """Starts one pass over a CUDA edge_index [2, E] with E > 0 and its copy
+    to the host, without waiting: an object whose ``read()`` waits for the
+    copy and gives the raw values (:func:`decode_edge_index_stats` decodes
+    them); from C++ where the host extension is loaded."""
+    host = _native_host.active()
+    return _EdgeStatsRead(edge_index) if host is None else host.EdgeStatsRead(edge_index)
+
+
 def decode_edge_index_stats(stats: list) -> EdgeIndexStats:
-    """The values of :func:`enqueue_edge_index_stats`, read back to the host."""
+    """The raw values of pygio_edge_index_stats, read back to the host."""
     min_src, min_dst, not_max_src, not_max_dst, order, not_longest_run, self_loops = stats
     return EdgeIndexStats(min_src, min_dst, ~not_max_src, ~not_max_dst, order != 0,
                           ~not_longest_run, self_loops)
@@ -1139,26 +1177,27 @@ def edge_index_stats(edge_index: Tensor) -> EdgeIndexStats:
     host = _native_host.active()
     if host is not None:
         return decode_edge_index_stats(host.edge_index_stats(edge_index))
-    return decode_edge_index_stats(enqueue_edge_index_stats(edge_index).tolist())
+    return decode_edge_index_stats(_EdgeStatsRead(edge_index).read())
 
 
-def csr_from_grouped(edge_index: Tensor, num_rows: int, rowptr: Tensor, col: Tensor,
-                     row: Tensor) -> None:
+def csr_from_grouped(edge_index: Tensor, num_rows: int,
+                     index_dtype: torch.dtype) -> Tuple[Tensor, Tensor, Tensor]:
     """Enqueues the CSR of an edge_index grouped by destination, its range
-    checked, into rowptr / col / row (one index dtype; contract:
+    checked: (rowptr, col, row) in ``index_dtype`` (contract:
     pygio_csr_from_grouped)."""
-    if not rowptr.dtype == col.dtype == row.dtype:
-        raise TypeError("csr_from_grouped: rowptr, col and row must share one index dtype")
     host = _native_host.active()
     if host is not None:
-        host.csr_from_grouped(edge_index, num_rows, rowptr, col, row)
-        return
+        return host.csr_from_grouped(edge_index, num_rows, index_dtype)
+    rowptr = torch.empty(num_rows + 1, dtype=index_dtype, device=edge_index.device)
+    col, row = (torch.empty(edge_index.size(1), dtype=index_dtype, device=edge_index.device)
+                for _ in range(2))
     p, ref = _reused_params(CsrFromGroupedParams)
     p.device, p.edges = edge_index.device.index, _edges(edge_index)
-    p.num_rows, p.out_index_bits = num_rows, index_bits(rowptr.dtype)
+    p.num_rows, p.out_index_bits = num_rows, index_bits(index_dtype)
     p.out_rowptr, p.out_col, p.out_row = rowptr.data_ptr(), col.data_ptr(), row.data_ptr()
     p.stream = stream_of(edge_index)
     check(library().pygio_csr_from_grouped(ref))
+    return rowptr, col, row
 
 
 def csr_pyg_self_loops(edge_index: Tensor, num_rows: int, num_loops: int, out_edges: Tensor,

@@ -6,7 +6,8 @@ layers' ``autograd.Function`` took about 0.35 ms of a 1.3 ms step on an
 H200 host, and each ctypes launch of a new graph's build 20-60 us. The
 extension module ``pyg_ioaware._native_host_ext`` holds the SpMM Function
 in C++ (``spmm``) and calls a new graph's native launches without ctypes
-(``edge_index_stats``, ``csr_from_grouped``, ``gcn_norm``, ``mean_norm``).
+(``EdgeStatsRead``, ``edge_index_stats``, ``csr_from_grouped``,
+``csr_add_self_loops``, ``gcn_norm``, ``mean_norm``).
 It is a torch C++ extension, so it is built against one torch (the one it
 runs with) and one Python; it is optional:
 
@@ -35,10 +36,13 @@ from . import _native, config
 
 ENV_MODULE_PATH = "PYG_IOAWARE_HOST_LIB"
 MODULE_NAME = "pyg_ioaware._native_host_ext"
+#: The module's interface (cuda/host/module.cpp: HOST_API_VERSION) this
+#: loader's callers are written for.
+HOST_API_VERSION = 2
 #: The native library's functions the extension calls (cuda/host/native_api.h).
 ENTRY_POINTS = ("pygio_spmm_csr", "pygio_spmm_csr_workspace_size", "pygio_edge_index_stats",
-                "pygio_csr_from_grouped", "pygio_gcn_norm", "pygio_mean_norm",
-                "pygio_last_error")
+                "pygio_csr_from_grouped", "pygio_csr_add_self_loops", "pygio_gcn_norm",
+                "pygio_mean_norm", "pygio_last_error")
 
 
 def _address(function: ctypes._CFuncPtr) -> int:
@@ -75,6 +79,9 @@ def extension() -> Optional[ModuleType]:
     mismatch = None
     if module.TORCH_VERSION != torch_version:
         mismatch = f"built for torch {module.TORCH_VERSION}, running {torch_version}"
+    elif getattr(module, "HOST_API_VERSION", 1) != HOST_API_VERSION:
+        mismatch = (f"built for host interface {getattr(module, 'HOST_API_VERSION', 1)}, "
+                    f"this package needs {HOST_API_VERSION}")
     elif module.ABI_VERSION != library.pygio_abi_version():
         mismatch = (f"built for native ABI {module.ABI_VERSION}, the library has "
                     f"{library.pygio_abi_version()}")

@@ -46,7 +46,6 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
-from torch.utils.weak import WeakIdKeyDictionary
 
 from . import _native
 
@@ -155,11 +154,10 @@ class Graph:
         self.input_values = input_values
         self.degree_bound = degree_bound
         self.state = GraphState()
-        trust_csr(self.rowptr, self.col, num_src)
-        # The kernels' hub splitting reads the bound there (or requests it);
-        # a Graph over a structure that already learned one (reversed(), over
-        # the CSR^T) keeps it.
-        structure = structure_state(self.rowptr)
+        structure = trust_csr(self.rowptr, self.col, num_src)
+        # The kernels' hub splitting reads the bound beside the structure (or
+        # requests it); a Graph over a structure that already learned one
+        # (reversed(), over the CSR^T) keeps it.
         if degree_bound is not None:
             structure.degree_bound = degree_bound
 
@@ -340,17 +338,14 @@ class Graph:
         one stable sort by destination unless ``grouped``; ``degree_bound``
         as the Graph keeps it."""
         index_dtype = _index_dtype(num_src, num_dst, edge_index.size(1))
-        src, dst = edge_index[0], edge_index[1]
-        edge_perm = None
         if grouped and _native_build(edge_index) and (
-                index_dtype != edge_index.dtype or not dst.is_contiguous()):
+                index_dtype != edge_index.dtype or edge_index.stride(1) != 1):
             # One launch for rowptr, col and row (the torch ops below take five).
-            rowptr = torch.empty(num_dst + 1, dtype=index_dtype, device=edge_index.device)
-            col = torch.empty(edge_index.size(1), dtype=index_dtype, device=edge_index.device)
-            row = torch.empty_like(col)
-            _native.csr_from_grouped(edge_index, num_dst, rowptr, col, row)
+            rowptr, col, row = _native.csr_from_grouped(edge_index, num_dst, index_dtype)
             return cls(rowptr=rowptr, col=col, row=row, num_src=num_src, num_dst=num_dst,
                        input_values=input_values, degree_bound=degree_bound)
+        src, dst = edge_index[0], edge_index[1]
+        edge_perm = None
         if grouped:  # int64 rows kept as they are, without a copy
             row = dst.to(index_dtype).contiguous()
             col = src.to(index_dtype).contiguous()
@@ -379,9 +374,8 @@ class Graph:
             rowptr, col = _rowptr(sources, self.num_src), self.row[perm]
         transpose = Transpose(rowptr=mark_static(rowptr), col=mark_static(col), row=sources,
                               perm=perm)
-        trust_csr(transpose.rowptr, transpose.col, self.num_dst)
         # Beside it, as beside the CSR: the kernels learn its degree bound there.
-        structure_state(transpose.rowptr)
+        trust_csr(transpose.rowptr, transpose.col, self.num_dst)
         return transpose
 
     def reversed(self) -> "Graph":
@@ -420,12 +414,8 @@ class Graph:
         index_dtype = _index_dtype(n, n, num_edges + n)
         if device.type == "cuda" and _native.library() is not None \
                 and index_dtype == self.index_dtype:  # one native call instead of ~30 launches
-            rowptr = torch.empty(n + 1, dtype=index_dtype, device=device)
-            col = torch.empty(num_edges + n, dtype=index_dtype, device=device)
-            row = torch.empty_like(col)
-            origin = torch.empty(num_edges + n, dtype=torch.long, device=device)
-            _native.csr_add_self_loops(self.rowptr, self.col, self.row, self.edge_perm,
-                                       rowptr, col, row, origin)
+            rowptr, col, row, origin = _native.csr_add_self_loops(self.rowptr, self.col,
+                                                                  self.row, self.edge_perm)
         else:
             rowptr, col, row, origin = self._self_loop_structure(index_dtype)
         looped = Graph(rowptr=rowptr, col=col, row=row, num_src=n, num_dst=n,
@@ -543,25 +533,20 @@ def clear_graph_cache() -> None:
 # ------------------------------------------ index statistics in flight
 class _StatsInFlight:
     """The index statistics of a new CUDA edge_index on their way to the
-    host (:func:`prefetch`): pinned host memory and the event after the
-    copy into it."""
-    __slots__ = ("tensor", "version", "host", "copied")
+    host (:func:`prefetch`): the read started, and which tensor (and
+    version) it is of."""
+    __slots__ = ("tensor", "version", "pending")
 
     def __init__(self, edge_index: Tensor):
         self.tensor = weakref.ref(edge_index, _forget_stats_in_flight(id(edge_index)))
         self.version = edge_index._version
-        stats = _native.enqueue_edge_index_stats(edge_index)
-        self.host = torch.empty(stats.shape, dtype=stats.dtype, pin_memory=True)
-        self.host.copy_(stats, non_blocking=True)
-        self.copied = torch.cuda.Event()
-        self.copied.record(torch.cuda.current_stream(edge_index.device))
+        self.pending = _native.start_edge_index_stats(edge_index)
 
     def read(self) -> _native.EdgeIndexStats:
         """The statistics, as _native.edge_index_stats gives them (waits for
         the copy: the build's one host synchronisation, now without the work
         enqueued after it)."""
-        self.copied.synchronize()
-        return _native.decode_edge_index_stats(self.host.tolist())
+        return _native.decode_edge_index_stats(self.pending.read())
 
 
 # id(edge_index) -> its statistics in flight, taken by the Graph build.
@@ -569,11 +554,12 @@ _STATS_IN_FLIGHT: Dict[int, _StatsInFlight] = {}
 
 
 #: Edges from which :func:`prefetch` starts a new graph's read early. Below
-#: it the prefetch's own host cost (pinned buffer, copy, event: about 0.1
-#: ms) outweighs the overlap it buys: on an H200, the 2-layer mini-batch
-#: steps of 23k and 123k edges (host-bound) ran 1-11% faster without it
-#: (medians of 7 rounds, GCNConv and SAGEConv, fp32 and bf16); at 819k
-#: edges the GPU works through most of the step and the overlap pays.
+#: it the start's own host cost outweighs the overlap it buys: on an H200,
+#: the 2-layer mini-batch steps of 23k and 123k edges (host-bound) ran 1-11%
+#: faster without it (medians of 7 rounds, GCNConv and SAGEConv, fp32 and
+#: bf16; started from Python), and started from C++ (the host extension)
+#: they ran within their noise (+-5%) either way; at 819k edges the GPU
+#: works through most of the step and the overlap pays.
 PREFETCH_MIN_EDGES = 1 << 19
 
 
@@ -581,13 +567,13 @@ def prefetch(adj: Any) -> None:
     """Starts the one host read of building a Graph of ``adj`` (a CUDA
     edge_index of at least PREFETCH_MIN_EDGES edges the cache holds no
     graph of): its index statistics are computed and copied to the host
-    without waiting. A layer calls this
-    before work that needs no graph (its projections), then
-    :meth:`Graph.from_input` (or :meth:`Graph.with_pyg_self_loops`): the
-    build waits only for the copy, while the GPU runs what was enqueued
-    after it, so a new graph no longer leaves the GPU idle while the host
-    builds it. Anything else (a cached graph, other inputs, torch.compile,
-    CUDA-graph capture) is left to :meth:`Graph.from_input` as it is."""
+    without waiting. A layer calls this before work that needs no graph
+    (its projections), then :meth:`Graph.from_input` (or
+    :meth:`Graph.with_pyg_self_loops`): the build waits only for the copy,
+    while the GPU runs what was enqueued after it, so a new graph no longer
+    leaves the GPU idle while the host builds it. Anything else (a cached
+    graph, other inputs, torch.compile, CUDA-graph capture) is left to
+    :meth:`Graph.from_input` as it is."""
     if (type(adj) is not Tensor or not adj.is_cuda or adj.dim() != 2 or adj.size(0) != 2
             or adj.size(1) < max(PREFETCH_MIN_EDGES, 1)
             or adj.dtype not in (torch.int32, torch.int64)
@@ -628,35 +614,39 @@ class _ValidCsr:
         self.col_bound = col_bound
 
 
-_VALID_CSR: WeakIdKeyDictionary = WeakIdKeyDictionary()
-
-
-def trust_csr(rowptr: Tensor, col: Tensor, col_bound: int) -> None:
+def trust_csr(rowptr: Tensor, col: Tensor, col_bound: int) -> "StructureState":
     """Records that (rowptr, col) is a valid CSR structure with every col
     entry below ``col_bound`` (Graphs record theirs; ops.checks records what
-    it has read), so raw ops need not read it again."""
-    _VALID_CSR[rowptr] = _ValidCsr(rowptr, col, col_bound)
+    it has read), so raw ops need not read it again; kept in the state
+    beside the structure, which is returned."""
+    state = structure_state(rowptr)
+    state.valid_csr = _ValidCsr(rowptr, col, col_bound)
+    return state
 
 
 def known_valid_csr(rowptr: Tensor, col: Tensor, num_cols: int) -> bool:
     """True if (rowptr, col) was recorded valid with col entries below
     ``num_cols`` and neither tensor changed since."""
-    known = _VALID_CSR.get(rowptr)
+    state = known_structure_state(rowptr)
+    known = None if state is None else state.valid_csr
     return (known is not None and known.col() is col and known.col_bound <= num_cols
             and known.versions == (rowptr._version, col._version))
 
 
 # ----------------------------------------- kernel state beside a structure
 class StructureState:
-    """What the ops keep beside one CSR structure: the SpMM backends' plans
-    (objects with an ``nbytes``; ops.spmm_backends), the hub degree per
-    quantile (int64 device scalars; ops.hubs) and the Graph's degree bound
-    where it knows one (no row has more entries; None: not known), or a
-    read of it on its way (:meth:`request_degree_bound`). Lives as long as
-    the structure's rowptr tensor."""
-    __slots__ = ("plans", "hub_degrees", "degree_bound", "pending_degree_bound", "__weakref__")
+    """What the ops keep beside one CSR structure: whether it is known valid
+    (``valid_csr``: :func:`trust_csr`), the SpMM backends' plans (objects
+    with an ``nbytes``; ops.spmm_backends), the hub degree per quantile
+    (int64 device scalars; ops.hubs) and the Graph's degree bound where it
+    knows one (no row has more entries; None: not known), or a read of it
+    on its way (:meth:`request_degree_bound`). Lives as long as the
+    structure's rowptr tensor."""
+    __slots__ = ("valid_csr", "plans", "hub_degrees", "degree_bound", "pending_degree_bound",
+                 "__weakref__")
 
     def __init__(self):
+        self.valid_csr: Optional[_ValidCsr] = None
         self.plans: Dict[tuple, Any] = {}
         self.hub_degrees: Dict[float, Tensor] = {}
         self.degree_bound: Optional[int] = None

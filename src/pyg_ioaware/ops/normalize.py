@@ -140,20 +140,15 @@ def _gcn_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
                 acc: torch.dtype) -> Tensor:
     """"gcn" values in two native launches (degrees, then values): the same
     formula as _compute, in place of about a dozen torch launches."""
-    values = torch.empty(graph.num_edges, dtype=dtype, device=graph.device)
-    deg_inv_sqrt = torch.empty(graph.num_dst, dtype=acc, device=graph.device)
     weight = None if weight_csr is None else weight_csr.to(acc).contiguous()
-    _native.gcn_norm(graph.rowptr, graph.col, graph.row, weight, graph.state.edge_origin,
-                     deg_inv_sqrt, values)
-    return values
+    return _native.gcn_norm(graph.rowptr, graph.col, graph.row, weight,
+                            graph.state.edge_origin, dtype)
 
 
 def _mean_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
                  acc: torch.dtype) -> Tensor:
     """"mean" values in one native launch: the same formula as _compute, in
     place of about six torch launches."""
-    values = torch.empty(graph.num_edges, dtype=dtype, device=graph.device)
     weight = None if weight_csr is None else weight_csr.to(acc).contiguous()
-    _native.mean_norm(graph.rowptr, graph.col, graph.row, weight, graph.state.edge_origin,
-                      graph.num_src, values)
-    return values
+    return _native.mean_norm(graph.rowptr, graph.col, graph.row, weight,
+                             graph.state.edge_origin, graph.num_src, dtype)
