@@ -387,11 +387,15 @@ def test_cuda_prefetch_starts_the_one_read_of_a_new_graph(host, monkeypatch):
     indices still raise at the build."""
     from pyg_ioaware import _native_host, config
     from pyg_ioaware import graph as graph_module
-    from pyg_ioaware.graph import _STATS_IN_FLIGHT, prefetch
+    from pyg_ioaware.graph import prefetch
 
     if host and _native_host.extension() is None:
         pytest.skip("the C++ host extension is not built for this torch")
     monkeypatch.setattr(config, "native_host", host)
+    # A registry of this test's own (an earlier test's tensor may still be
+    # alive, its statistics in flight, until the garbage collector runs).
+    _STATS_IN_FLIGHT = {}
+    monkeypatch.setattr(graph_module, "_STATS_IN_FLIGHT", _STATS_IN_FLIGHT)
     edge_index = random_graph(300, 300, 3000, seed=36).cuda()
     monkeypatch.setattr(graph_module, "PREFETCH_MIN_EDGES", edge_index.size(1) + 1)
     prefetch(edge_index.clone())
