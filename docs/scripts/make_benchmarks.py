@@ -133,6 +133,8 @@ RUN_TITLES = {
         "State on an H200: mini-batch steps of all six layer cases (issues 5, 7-9)",
     "results_h200_native_host_minibatch":
         "Every mini-batch layer with the C++ host extension (issue 5)",
+    "results_h200_host_allocations_minibatch":
+        "Every mini-batch layer after a new graph's launches allocate in C++ (issue 5)",
     "results_h200_gatv2_out_bias":
         "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
         "H200 (issue 8)",
