@@ -156,6 +156,18 @@ def test_wrappers_reject_unsupported_index_dtypes():
             _native.spmm_plan_create(rowptr, col, 3, 2, torch.float32, False, 0)
 
 
+def test_spmm_wrapper_takes_the_bias_in_the_values_dtype():
+    """pygio_spmm_csr reads the bias in values_dtype (fp32 values with 16-bit
+    x): a bias of another dtype is refused before anything is launched (a
+    bf16 one would be read as fp32, past its end)."""
+    rowptr, col = torch.tensor([0, 1, 2], dtype=torch.int32), torch.tensor([0, 1],
+                                                                          dtype=torch.int32)
+    x, out = torch.zeros(2, 4, dtype=torch.bfloat16), torch.zeros(2, 4, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="values' dtype"):
+        _native.spmm_csr(rowptr, col, torch.ones(2), x, torch.zeros(4, dtype=torch.bfloat16),
+                         out, False, False)
+
+
 # ------------------------------------------------- against the loaded library
 needs_library = pytest.mark.skipif(_native.library() is None,
                                    reason="native library not built or not found")

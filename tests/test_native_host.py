@@ -13,7 +13,7 @@ from pyg_ioaware.ops.normalize import normalized_values
 pytestmark = pytest.mark.cuda
 
 LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "csr_from_grouped", "csr_add_self_loops",
-            "gcn_norm", "mean_norm")
+            "gcn_norm", "mean_norm", "spmm_csr", "minmax", "minmax_backward")
 
 
 @pytest.fixture
@@ -100,3 +100,85 @@ def test_bad_indices_still_raise_before_any_kernel(calls, monkeypatch):
     with pytest.raises(ValueError, match="negative|out of range"):
         Graph.from_edge_index(edge_index, 50)
     assert calls["edge_index_stats"] == 2 and calls["csr_from_grouped"] == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_spmm_launch_matches_ctypes(calls, monkeypatch, dtype, transpose):
+    """_native.spmm_csr from C++ (every SpMM of our kernels outside the C++
+    autograd: inference, the Python Function) writes what the ctypes launch
+    writes: bitwise for the deterministic forward (a strided x, a bias, a
+    known degree bound, and an output row whose row stride torch reports
+    as anything), up to the order of the transposed form's atomic sums; a
+    bad inner stride raises the same ValueError before any launch."""
+    from pyg_ioaware import _native
+    graph = Graph.from_edge_index(random_graph(300, 200, 4000, seed=45, hub_degree=1500).cuda(),
+                                  (300, 200))
+    values = torch.rand(graph.num_edges, device="cuda")
+    x = torch.randn(200 if transpose else 300, 48, device="cuda").to(dtype)[:, :40]
+    bias = None if transpose else torch.randn(40, device="cuda")  # in the values' dtype
+    rows = 300 if transpose else 200
+    bound = -1 if transpose else int(graph.in_degree.max())
+    outs = []
+    for host in (False, True):
+        monkeypatch.setattr(config, "native_host", host)
+        out = torch.full((rows, 40), float("nan"), device="cuda", dtype=dtype)
+        _native.spmm_csr(graph.rowptr, graph.col, values, x, bias, out, transpose,
+                         not transpose, bound)
+        outs.append(out)
+    assert calls["spmm_csr"] == 1
+    if transpose:  # fp32 atomics, then one rounding to dtype
+        torch.testing.assert_close(outs[0], outs[1], rtol=1e-5 if dtype == torch.float32
+                                   else 1e-2, atol=1e-5)
+    else:
+        assert torch.equal(outs[0], outs[1])
+    if not transpose:
+        one_row = graph.rowptr[:2].clone()  # one destination
+        x_row = torch.randn(300, 8, device="cuda").to(dtype)
+        outs = []
+        for host in (False, True):
+            monkeypatch.setattr(config, "native_host", host)
+            out = torch.empty(8, 1, device="cuda", dtype=dtype).t()  # one row, stride (1, 1)
+            _native.spmm_csr(one_row, graph.col, values, x_row, None, out, False, True)
+            outs.append(out.clone())
+        assert torch.equal(outs[0], outs[1])
+    monkeypatch.setattr(config, "native_host", True)
+    with pytest.raises(ValueError, match="inner stride"):
+        _native.spmm_csr(graph.rowptr, graph.col, values, x.t().contiguous().t(), bias,
+                         torch.empty(rows, 40, device="cuda", dtype=dtype), transpose, True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_minmax_launches_match_ctypes(calls, monkeypatch, dtype, deterministic):
+    """The min / max aggregation's forward and backward launched from C++
+    give what the ctypes launches give: the same output (hub rows split
+    over the SMs, merged order-independently), the same gradient (bitwise
+    over the CSR^T under deterministic algorithms, else up to the order of
+    its atomic sums); a bad inner stride raises the same ValueError."""
+    from pyg_ioaware import _native, ops
+    graph = Graph.from_edge_index(random_graph(400, 300, 6000, seed=46, hub_degree=2500).cuda(),
+                                  (400, 300))
+    x0 = torch.randn(400, 24, device="cuda").to(dtype)
+    results = []
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        for host in (False, True):
+            monkeypatch.setattr(config, "native_host", host)
+            x = x0.clone().requires_grad_()
+            out = ops.aggregate(x, graph, "max", size=(400, 300))
+            grad, = torch.autograd.grad(out.float().square().sum(), x)
+            results.append((out, grad))
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    assert calls["minmax"] == 1 and calls["minmax_backward"] == 1
+    assert torch.equal(results[0][0], results[1][0])
+    if deterministic:
+        assert torch.equal(results[0][1], results[1][1])
+    else:
+        torch.testing.assert_close(results[0][1], results[1][1])
+    out = torch.empty(300, 24, device="cuda", dtype=dtype)
+    with pytest.raises(ValueError, match="inner stride"):
+        _native.minmax(graph.rowptr, graph.col, x0.t().contiguous().t(), "max", None, 0, out,
+                       None)

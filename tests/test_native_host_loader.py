@@ -99,3 +99,23 @@ def test_config_turns_it_off(loader):
     assert _native_host.active() is module
     loader.setattr(config, "native_host", False)
     assert _native_host.active() is None
+
+
+def test_library_errors_from_the_extension_raise_native_error(monkeypatch):
+    """A launch from C++ whose library call fails raises NativeError, as the
+    ctypes path does (torch gives it as a RuntimeError); any other error
+    (out of memory, ...) keeps its type."""
+    failures = iter([RuntimeError("pyg_ioaware native error 1 in pygio_spmm_csr: values_dtype "
+                                  "must be float32"),
+                     torch.OutOfMemoryError("CUDA out of memory")])
+
+    def spmm_csr(*args):
+        raise next(failures)
+
+    monkeypatch.setattr(_native_host, "active", lambda: types.SimpleNamespace(spmm_csr=spmm_csr))
+    rowptr, col = torch.tensor([0, 1, 2]), torch.tensor([0, 1])
+    args = (rowptr, col, torch.ones(2), torch.zeros(2, 3), None, torch.zeros(2, 3), False, False)
+    with pytest.raises(_native.NativeError, match="values_dtype"):
+        _native.spmm_csr(*args)
+    with pytest.raises(torch.OutOfMemoryError):
+        _native.spmm_csr(*args)

@@ -22,12 +22,18 @@ void set_native(const py::dict& entries) {
   take(entries, "pygio_edge_index_stats", &native.edge_index_stats);
   take(entries, "pygio_csr_from_grouped", &native.csr_from_grouped);
   take(entries, "pygio_csr_add_self_loops", &native.csr_add_self_loops);
+  take(entries, "pygio_minmax", &native.minmax);
+  take(entries, "pygio_minmax_workspace_size", &native.minmax_workspace_size);
+  take(entries, "pygio_minmax_backward", &native.minmax_backward);
+  take(entries, "pygio_minmax_backward_workspace_size", &native.minmax_backward_workspace_size);
   take(entries, "pygio_gcn_norm", &native.gcn_norm);
   take(entries, "pygio_mean_norm", &native.mean_norm);
   take(entries, "pygio_last_error", &native.last_error);
   native.gemv_min_elements = entries["gemv_min_elements"].cast<int64_t>();
 }
 
+// pyg_ioaware._native._host_call raises NativeError for messages that
+// begin so (as the ctypes path's do).
 void check(int status, const char* what) {
   TORCH_CHECK(status == PYGIO_OK, "pyg_ioaware native error ", status, " in ", what, ": ",
               native.last_error());
@@ -65,6 +71,15 @@ pygio_csr csr_of(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t 
               "pyg_ioaware host extension: rowptr and col must share one index dtype");
   return pygio_csr{rowptr.data_ptr(), col.data_ptr(), rowptr.numel() - 1, num_cols, col.numel(),
                    index_bits(rowptr.scalar_type())};
+}
+
+int64_t row_stride(const torch::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
+
+void* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+torch::Tensor workspace(size_t bytes, const torch::Tensor& like) {
+  if (bytes == 0) return torch::Tensor();
+  return torch::empty({static_cast<int64_t>(bytes)}, like.options().dtype(torch::kUInt8));
 }
 
 }  // namespace pygio_host

@@ -19,6 +19,10 @@ struct NativeApi {
   int (*edge_index_stats)(const pygio_edge_stats_params*) = nullptr;
   int (*csr_from_grouped)(const pygio_csr_from_grouped_params*) = nullptr;
   int (*csr_add_self_loops)(const pygio_self_loops_params*) = nullptr;
+  int (*minmax)(const pygio_minmax_params*) = nullptr;
+  int (*minmax_workspace_size)(const pygio_minmax_params*, size_t*) = nullptr;
+  int (*minmax_backward)(const pygio_minmax_backward_params*) = nullptr;
+  int (*minmax_backward_workspace_size)(const pygio_minmax_backward_params*, size_t*) = nullptr;
   int (*gcn_norm)(const pygio_gcn_norm_params*) = nullptr;
   int (*mean_norm)(const pygio_mean_norm_params*) = nullptr;
   const char* (*last_error)() = nullptr;
@@ -42,5 +46,17 @@ pygio_edges edges_of(const torch::Tensor& edge_index);
 
 // rowptr / col (one index dtype) as a pygio_csr of num_cols columns.
 pygio_csr csr_of(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t num_cols);
+
+// A 2-D tensor's row stride as the kernels take it: torch reports any
+// stride for a dimension of size 1, so a single row's is its width
+// (pyg_ioaware._native._row_stride's rule).
+int64_t row_stride(const torch::Tensor& t);
+
+// The tensor's data, or NULL for an undefined tensor.
+void* data_or_null(const torch::Tensor& t);
+
+// `bytes` of scratch on like's device from torch's caching allocator (an
+// undefined tensor for 0 bytes).
+torch::Tensor workspace(size_t bytes, const torch::Tensor& like);
 
 }  // namespace pygio_host

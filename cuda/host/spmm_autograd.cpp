@@ -21,6 +21,7 @@
 #include <torch/csrc/autograd/graph_task.h>
 
 #include "native_api.h"
+#include "spmm_launch.h"
 
 namespace pygio_host {
 namespace {
@@ -39,33 +40,10 @@ struct Csr {
 // num_cols columns. transpose: Y = A^T x (no bias).
 Tensor spmm(const Csr& a, int64_t num_cols, const Tensor& x, const Tensor& bias,
             bool transpose, bool deterministic) {
-  const int64_t rows = a.rowptr.numel() - 1;
-  Tensor out = torch::empty({transpose ? num_cols : rows, x.size(1)}, x.options());
-  pygio_spmm_csr_params p{};
-  p.struct_size = sizeof(p);
-  p.dtype = dtype_code(x.scalar_type());
-  p.values_dtype = dtype_code(a.values.scalar_type());
-  p.device = x.get_device();
-  p.transpose = transpose;
-  p.deterministic = deterministic;
-  p.a = csr_of(a.rowptr, a.col, num_cols);
-  p.degree_bound = transpose ? -1 : a.degree_bound;
-  p.width = x.size(1);
-  p.values = a.values.data_ptr();
-  p.x = x.data_ptr();
-  p.x_row_stride = x.stride(0);
-  p.bias = bias.defined() ? bias.data_ptr() : nullptr;
-  p.y = out.data_ptr();
-  p.y_row_stride = out.stride(0);
-  p.stream = current_stream(x);
-  size_t bytes = 0;
-  check(native.spmm_csr_workspace_size(&p, &bytes), "pygio_spmm_csr_workspace_size");
-  Tensor workspace;
-  if (bytes > 0) {
-    workspace = torch::empty({static_cast<int64_t>(bytes)}, x.options().dtype(torch::kUInt8));
-    p.workspace = workspace.data_ptr();
-  }
-  check(native.spmm_csr(&p), "pygio_spmm_csr");
+  const int64_t rows = transpose ? num_cols : a.rowptr.numel() - 1;
+  Tensor out = torch::empty({rows, x.size(1)}, x.options());
+  spmm_into(a.rowptr, a.col, a.values, x, bias, out, transpose, deterministic,
+            transpose ? -1 : a.degree_bound);
   return out;
 }
 

@@ -600,6 +600,23 @@ def check(status: int) -> None:
         raise NativeError(f"pyg_ioaware native error {status}: {message}")
 
 
+# How the host extension's check (cuda/host/native_api.cpp) begins the
+# message of a failed library call, which torch raises as a RuntimeError.
+_HOST_ERROR_MARK = "pyg_ioaware native error"
+
+
+def _host_call(function: Any, *args: Any) -> Any:
+    """function(*args), a launch of the host extension: a failed library
+    call raises NativeError, as through ctypes (:func:`check`); any other
+    error (out of memory, ...) as it is."""
+    try:
+        return function(*args)
+    except RuntimeError as error:
+        if _HOST_ERROR_MARK not in str(error):
+            raise
+        raise NativeError(str(error)) from None
+
+
 @functools.lru_cache(maxsize=None)
 def load_cusparse() -> None:
     """Resolves cuSPARSE once (torch's loaded copy, else a wheel's copy)."""
@@ -655,6 +672,18 @@ def _csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Csr:
                         f"index dtype")
     return Csr(rowptr=rowptr.data_ptr(), col=col.data_ptr(), num_rows=rowptr.numel() - 1,
                num_cols=num_cols, nnz=col.numel(), index_bits=index_bits(rowptr.dtype))
+
+
+def _check_launch(rowptr: Tensor, col: Tensor, *rows: Tuple[Tensor, str]) -> None:
+    """The checks a ctypes launch makes while it fills its params, made
+    before a launch from C++ so that both raise alike: rowptr and col of one
+    index dtype (TypeError), each named 2-D tensor of inner stride 1
+    (ValueError)."""
+    if rowptr.dtype != col.dtype:
+        raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
+                        f"index dtype")
+    for t, name in rows:
+        _row_stride(t, name)
 
 
 def _row_stride(t: Tensor, name: str) -> int:
@@ -766,7 +795,17 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optio
     torch's current stream (contract: pygio_spmm_csr in pyg_ioaware.h); A =
     (rowptr, col, values) has ``out``'s rows (``x``'s with ``transpose``),
     none longer than ``degree_bound`` entries where that is >= 0.
-    Allocates the workspace the call needs from torch's caching allocator."""
+    Allocates the workspace the call needs from torch's caching allocator.
+    From C++ where the host extension is loaded."""
+    if bias is not None and bias.dtype != values.dtype:
+        raise TypeError(f"spmm_csr: the bias ({bias.dtype}) must be in the values' dtype "
+                        f"({values.dtype}), which the kernels read it in")
+    host = _native_host.active()
+    if host is not None:
+        _check_launch(rowptr, col, (x, "x"), (out, "out"))
+        _host_call(host.spmm_csr, rowptr, col, values, x, bias, out, transpose, deterministic,
+                   degree_bound)
+        return
     lib = library()
     if rowptr.dtype != col.dtype:
         raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
@@ -829,6 +868,12 @@ def minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
     (rowptr, col) on torch's current stream (contract: pygio_minmax in
     pyg_ioaware.h): ``hub_degree`` an int64 device scalar (or None: no
     split) with at most ``max_hubs`` rows above it; arg int32 contiguous."""
+    host = _native_host.active()
+    if host is not None:
+        _check_launch(rowptr, col, (x, "x"), (out, "out"))
+        _host_call(host.minmax, rowptr, col, x, REDUCE_CODES[reduce], hub_degree, max_hubs,
+                   out, arg)
+        return
     lib = library()
     params = MinmaxParams(struct_size=ctypes.sizeof(MinmaxParams), dtype=_dtype_code(x.dtype),
                           device=x.device.index, reduce=REDUCE_CODES[reduce],
@@ -851,6 +896,16 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
     on torch's current stream (contract: pygio_minmax_backward):
     deterministic where ``transpose`` (rowptr_t, col_t, the CSR^T) is given,
     else with atomics, rows above ``hub_degree`` walking in chunks."""
+    host = _native_host.active()
+    if host is not None:
+        _check_launch(rowptr, col, (x, "x"), (out, "out"), (grad_out, "grad_out"),
+                      (grad_x, "grad_x"))
+        if transpose is not None:
+            _check_launch(*transpose)
+        rowptr_t, col_t = (None, None) if transpose is None else transpose
+        _host_call(host.minmax_backward, rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
+                             REDUCE_CODES[reduce], hub_degree, max_hubs, grad_x)
+        return
     lib = library()
     num_rows = rowptr.numel() - 1
     a_t = Csr(index_bits=index_bits(rowptr.dtype))
@@ -1038,7 +1093,7 @@ def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor,
         raise TypeError("csr_add_self_loops: every index tensor must share one dtype")
     host = _native_host.active()
     if host is not None:
-        return host.csr_add_self_loops(rowptr, col, row, edge_perm)
+        return _host_call(host.csr_add_self_loops, rowptr, col, row, edge_perm)
     num_nodes, entries = rowptr.numel() - 1, col.numel() + rowptr.numel() - 1
     out_rowptr = torch.empty(num_nodes + 1, dtype=rowptr.dtype, device=rowptr.device)
     out_col, out_row = (torch.empty(entries, dtype=rowptr.dtype, device=rowptr.device)
@@ -1061,7 +1116,7 @@ def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
     values [E] in ``dtype`` (contract: pygio_gcn_norm in pyg_ioaware.h)."""
     host = _native_host.active()
     if host is not None:
-        return host.gcn_norm(rowptr, col, row, weight, origin, dtype)
+        return _host_call(host.gcn_norm, rowptr, col, row, weight, origin, dtype)
     values = torch.empty(col.numel(), dtype=dtype, device=col.device)
     deg_inv_sqrt = torch.empty(rowptr.numel() - 1, device=col.device,
                                dtype=torch.float64 if dtype == torch.float64 else torch.float32)
@@ -1078,7 +1133,7 @@ def mean_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor]
     ``dtype`` (contract: pygio_mean_norm in pyg_ioaware.h)."""
     host = _native_host.active()
     if host is not None:
-        return host.mean_norm(rowptr, col, row, weight, origin, num_cols, dtype)
+        return _host_call(host.mean_norm, rowptr, col, row, weight, origin, num_cols, dtype)
     values = torch.empty(col.numel(), dtype=dtype, device=col.device)
     _, ref = _norm_params(MeanNormParams, rowptr, col, num_cols, row, weight, origin, values)
     check(library().pygio_mean_norm(ref))
@@ -1161,7 +1216,8 @@ def start_edge_index_stats(edge_index: Tensor) -> Any:
     copy and gives the raw values (:func:`decode_edge_index_stats` decodes
     them); from C++ where the host extension is loaded."""
     host = _native_host.active()
-    return _EdgeStatsRead(edge_index) if host is None else host.EdgeStatsRead(edge_index)
+    return _EdgeStatsRead(edge_index) if host is None else _host_call(host.EdgeStatsRead,
+                                                                      edge_index)
 
 
 def decode_edge_index_stats(stats: list) -> EdgeIndexStats:
@@ -1176,7 +1232,7 @@ def edge_index_stats(edge_index: Tensor) -> EdgeIndexStats:
     host synchronisation (from C++ where the host extension is loaded)."""
     host = _native_host.active()
     if host is not None:
-        return decode_edge_index_stats(host.edge_index_stats(edge_index))
+        return decode_edge_index_stats(_host_call(host.edge_index_stats, edge_index))
     return decode_edge_index_stats(_EdgeStatsRead(edge_index).read())
 
 
@@ -1187,7 +1243,7 @@ def csr_from_grouped(edge_index: Tensor, num_rows: int,
     pygio_csr_from_grouped)."""
     host = _native_host.active()
     if host is not None:
-        return host.csr_from_grouped(edge_index, num_rows, index_dtype)
+        return _host_call(host.csr_from_grouped, edge_index, num_rows, index_dtype)
     rowptr = torch.empty(num_rows + 1, dtype=index_dtype, device=edge_index.device)
     col, row = (torch.empty(edge_index.size(1), dtype=index_dtype, device=edge_index.device)
                 for _ in range(2))

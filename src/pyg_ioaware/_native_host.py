@@ -5,9 +5,11 @@ more than the kernels take: on the small mini-batch (23k edges) the two SpMM
 layers' ``autograd.Function`` took about 0.35 ms of a 1.3 ms step on an
 H200 host, and each ctypes launch of a new graph's build 20-60 us. The
 extension module ``pyg_ioaware._native_host_ext`` holds the SpMM Function
-in C++ (``spmm``) and calls a new graph's native launches without ctypes
+in C++ (``spmm``) and calls the native launches of a new graph
 (``EdgeStatsRead``, ``edge_index_stats``, ``csr_from_grouped``,
-``csr_add_self_loops``, ``gcn_norm``, ``mean_norm``).
+``csr_add_self_loops``, ``gcn_norm``, ``mean_norm``) and of the SpMM and
+min / max kernels (``spmm_csr``, ``minmax``, ``minmax_backward``) without
+ctypes.
 It is a torch C++ extension, so it is built against one torch (the one it
 runs with) and one Python; it is optional:
 
@@ -42,7 +44,9 @@ HOST_API_VERSION = 2
 #: The native library's functions the extension calls (cuda/host/native_api.h).
 ENTRY_POINTS = ("pygio_spmm_csr", "pygio_spmm_csr_workspace_size", "pygio_edge_index_stats",
                 "pygio_csr_from_grouped", "pygio_csr_add_self_loops", "pygio_gcn_norm",
-                "pygio_mean_norm", "pygio_last_error")
+                "pygio_mean_norm", "pygio_minmax", "pygio_minmax_workspace_size",
+                "pygio_minmax_backward", "pygio_minmax_backward_workspace_size",
+                "pygio_last_error")
 
 
 def _address(function: ctypes._CFuncPtr) -> int:

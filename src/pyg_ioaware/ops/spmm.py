@@ -75,7 +75,7 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: in
     Args:
         rowptr (Tensor): [R + 1] CSR row pointers, int32 or int64.
         col (Tensor): [nnz] column indices, the same dtype as ``rowptr``.
-        values (Tensor): [nnz] entries of A (float32 or ``x``'s dtype).
+        values (Tensor): [nnz] entries of A, in ``x``'s dtype.
         x (Tensor): [num_cols, F] dense input (float32, float64, float16 or
             bfloat16); [R, F] with ``transpose``.
         num_out (int): rows of Y: R, or the column count with ``transpose``.

@@ -1,0 +1,68 @@
+#include "minmax_launch.h"
+
+#include "native_api.h"
+
+namespace pygio_host {
+
+void minmax(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x,
+            int64_t reduce, const torch::Tensor& hub_degree, int64_t max_hubs,
+            const torch::Tensor& out, const torch::Tensor& arg) {
+  pygio_minmax_params p{};
+  p.struct_size = sizeof(p);
+  p.dtype = dtype_code(x.scalar_type());
+  p.device = x.get_device();
+  p.reduce = static_cast<int32_t>(reduce);
+  p.a = csr_of(rowptr, col, x.size(0));
+  p.width = x.size(1);
+  p.x = x.data_ptr();
+  p.x_row_stride = row_stride(x);
+  p.hub_degree = static_cast<const int64_t*>(data_or_null(hub_degree));
+  p.max_hubs = max_hubs;
+  p.out = out.data_ptr();
+  p.out_row_stride = row_stride(out);
+  p.arg = static_cast<int32_t*>(data_or_null(arg));
+  p.stream = current_stream(x);
+  size_t bytes = 0;
+  check(native.minmax_workspace_size(&p, &bytes), "pygio_minmax_workspace_size");
+  const torch::Tensor scratch = workspace(bytes, x);
+  p.workspace = data_or_null(scratch);
+  check(native.minmax(&p), "pygio_minmax");
+}
+
+void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
+                     const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
+                     const torch::Tensor& x, const torch::Tensor& out, const torch::Tensor& arg,
+                     const torch::Tensor& grad_out, int64_t reduce,
+                     const torch::Tensor& hub_degree, int64_t max_hubs,
+                     const torch::Tensor& grad_x) {
+  pygio_minmax_backward_params p{};
+  p.struct_size = sizeof(p);
+  p.dtype = dtype_code(x.scalar_type());
+  p.device = x.get_device();
+  p.reduce = static_cast<int32_t>(reduce);
+  p.deterministic = rowptr_t.defined();
+  p.a = csr_of(rowptr, col, x.size(0));
+  p.a_t.index_bits = index_bits(rowptr.scalar_type());
+  if (rowptr_t.defined()) p.a_t = csr_of(rowptr_t, col_t, rowptr.numel() - 1);
+  p.width = x.size(1);
+  p.hub_degree = static_cast<const int64_t*>(data_or_null(hub_degree));
+  p.max_hubs = max_hubs;
+  p.x = x.data_ptr();
+  p.x_row_stride = row_stride(x);
+  p.out = out.data_ptr();
+  p.out_row_stride = row_stride(out);
+  p.arg = static_cast<const int32_t*>(arg.data_ptr());
+  p.grad_out = grad_out.data_ptr();
+  p.grad_out_row_stride = row_stride(grad_out);
+  p.grad_x = grad_x.data_ptr();
+  p.grad_x_row_stride = row_stride(grad_x);
+  p.stream = current_stream(x);
+  size_t bytes = 0;
+  check(native.minmax_backward_workspace_size(&p, &bytes),
+        "pygio_minmax_backward_workspace_size");
+  const torch::Tensor scratch = workspace(bytes, x);
+  p.workspace = data_or_null(scratch);
+  check(native.minmax_backward(&p), "pygio_minmax_backward");
+}
+
+}  // namespace pygio_host
