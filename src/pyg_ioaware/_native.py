@@ -904,7 +904,7 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
             _check_launch(*transpose)
         rowptr_t, col_t = (None, None) if transpose is None else transpose
         _host_call(host.minmax_backward, rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
-                             REDUCE_CODES[reduce], hub_degree, max_hubs, grad_x)
+                   REDUCE_CODES[reduce], hub_degree, max_hubs, grad_x)
         return
     lib = library()
     num_rows = rowptr.numel() - 1
@@ -1216,8 +1216,9 @@ def start_edge_index_stats(edge_index: Tensor) -> Any:
     copy and gives the raw values (:func:`decode_edge_index_stats` decodes
     them); from C++ where the host extension is loaded."""
     host = _native_host.active()
-    return _EdgeStatsRead(edge_index) if host is None else _host_call(host.EdgeStatsRead,
-                                                                      edge_index)
+    if host is None:
+        return _EdgeStatsRead(edge_index)
+    return _host_call(host.EdgeStatsRead, edge_index)
 
 
 def decode_edge_index_stats(stats: list) -> EdgeIndexStats:

@@ -567,13 +567,13 @@ def prefetch(adj: Any) -> None:
     """Starts the one host read of building a Graph of ``adj`` (a CUDA
     edge_index of at least PREFETCH_MIN_EDGES edges the cache holds no
     graph of): its index statistics are computed and copied to the host
-    without waiting. A layer calls this before work that needs no graph
-    (its projections), then :meth:`Graph.from_input` (or
-    :meth:`Graph.with_pyg_self_loops`): the build waits only for the copy,
-    while the GPU runs what was enqueued after it, so a new graph no longer
-    leaves the GPU idle while the host builds it. Anything else (a cached
-    graph, other inputs, torch.compile, CUDA-graph capture) is left to
-    :meth:`Graph.from_input` as it is."""
+    without waiting. A layer calls this
+    before work that needs no graph (its projections), then
+    :meth:`Graph.from_input` (or :meth:`Graph.with_pyg_self_loops`): the
+    build waits only for the copy, while the GPU runs what was enqueued
+    after it, so a new graph no longer leaves the GPU idle while the host
+    builds it. Anything else (a cached graph, other inputs, torch.compile,
+    CUDA-graph capture) is left to :meth:`Graph.from_input` as it is."""
     if (type(adj) is not Tensor or not adj.is_cuda or adj.dim() != 2 or adj.size(0) != 2
             or adj.size(1) < max(PREFETCH_MIN_EDGES, 1)
             or adj.dtype not in (torch.int32, torch.int64)
