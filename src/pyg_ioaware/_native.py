@@ -800,16 +800,13 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optio
     if bias is not None and bias.dtype != values.dtype:
         raise TypeError(f"spmm_csr: the bias ({bias.dtype}) must be in the values' dtype "
                         f"({values.dtype}), which the kernels read it in")
+    _check_launch(rowptr, col, (x, "x"), (out, "out"))
     host = _native_host.active()
     if host is not None:
-        _check_launch(rowptr, col, (x, "x"), (out, "out"))
         _host_call(host.spmm_csr, rowptr, col, values, x, bias, out, transpose, deterministic,
                    degree_bound)
         return
     lib = library()
-    if rowptr.dtype != col.dtype:
-        raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
-                        f"index dtype")
     p, ref = _reused_params(SpmmCsrParams)
     p.dtype, p.values_dtype = _dtype_code(x.dtype), _dtype_code(values.dtype)
     p.device, p.transpose, p.deterministic = x.device.index, transpose, deterministic
