@@ -267,9 +267,14 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
     @torch.jit.unused
     def _pyg_path_reason(self, x: Any, edge_index: Any, edge_attr: Any) -> Optional[str]:
         """attention_pyg_path_reason plus lazy parameters (PyG's linears
-        initialize themselves on their first call)."""
+        of in_channels=-1 initialize their weight on their first call; every
+        step asks, so only those weights are looked at, not every
+        parameter)."""
         reason = attention_pyg_path_reason(self, x, edge_index, edge_attr)
-        if reason is None and any(isinstance(p, UninitializedParameter) for p in self.parameters()):
+        if reason is None and any(isinstance(lin.weight, UninitializedParameter)
+                                  for lin in (self.lin_key, self.lin_query, self.lin_value,
+                                              self.lin_edge, self.lin_skip)
+                                  if lin is not None):
             return "lazy in_channels=-1 before the first call"
         return reason
 
