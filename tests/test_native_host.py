@@ -13,7 +13,8 @@ from pyg_ioaware.ops.normalize import normalized_values
 pytestmark = pytest.mark.cuda
 
 LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "csr_from_grouped", "csr_add_self_loops",
-            "gcn_norm", "mean_norm", "spmm_csr", "minmax", "minmax_backward")
+            "csr_pyg_self_loops", "csr_transpose", "gcn_norm", "mean_norm", "spmm_csr", "minmax",
+            "minmax_backward", "gatv2", "gatv2_backward", "transformer", "transformer_backward")
 
 
 @pytest.fixture
@@ -38,16 +39,20 @@ def calls(monkeypatch):
 
 
 def build(edge_index, num_nodes, host, monkeypatch):
-    """The graph, its self-loop graph and their edge values, built with the
-    extension on or off."""
+    """The graph, its self-loop graphs (GCN's; PyG's remove + add) and their
+    edge values, built with the extension on or off."""
     monkeypatch.setattr(config, "native_host", host)
     graph = Graph.from_edge_index(edge_index, num_nodes)
     looped = graph.with_remaining_self_loops()
+    # A copy: the PyG self-loop graph is cached on its input.
+    pyg_looped, pyg_edges, kept = Graph.with_pyg_self_loops(edge_index.clone(),
+                                                            (num_nodes, num_nodes))
     values = [normalized_values(graph, None, mode, dtype).values
               for mode in ("gcn", "mean") for dtype in (torch.float32, torch.bfloat16)]
     values.append(normalized_values(looped, None, "gcn", torch.float16).values)
-    values.append(looped.state.edge_origin)
-    return (graph, looped), values
+    values += [looped.state.edge_origin, pyg_edges, kept]
+    values += [getattr(graph.transpose, name) for name in ("rowptr", "col", "row", "perm")]
+    return (graph, looped, pyg_looped), values
 
 
 @pytest.mark.parametrize("grouped", [True, False])
@@ -60,7 +65,8 @@ def test_graph_launches_match_ctypes(calls, monkeypatch, grouped, index_dtype):
     ctypes_graphs, ctypes_values = build(edge_index, 500, False, monkeypatch)
     assert sum(calls.values()) == 0
     host_graphs, host_values = build(edge_index, 500, True, monkeypatch)
-    assert calls["edge_index_stats"] == 1 and calls["csr_add_self_loops"] == 1
+    assert calls["edge_index_stats"] == 2 and calls["csr_add_self_loops"] == 1
+    assert calls["csr_pyg_self_loops"] == (1 if grouped else 0) and calls["csr_transpose"] == 1
     converted = host_graphs[0].index_dtype != index_dtype  # else no launch: views of the input
     assert calls["csr_from_grouped"] == (1 if grouped and converted else 0)
     assert calls["gcn_norm"] == 3 and calls["mean_norm"] == 2
@@ -182,3 +188,61 @@ def test_minmax_launches_match_ctypes(calls, monkeypatch, dtype, deterministic):
     with pytest.raises(ValueError, match="inner stride"):
         _native.minmax(graph.rowptr, graph.col, x0.t().contiguous().t(), "max", None, 0, out,
                        None)
+
+
+def attention(layer, dtype, seed):
+    """out, lse and the input gradients of one attention op over a graph
+    with hub rows (split over the SMs), edge features and dropout, x_l /
+    x_r (q / k / v) the slots of one packed projection."""
+    from pyg_ioaware.ops.attention import graph_gatv2_packed
+    from pyg_ioaware.ops.transformer import graph_transformer_packed
+    generator = torch.Generator().manual_seed(seed)
+    edge_index = random_graph(500, 500, 6000, seed=seed, hub_degree=1200)
+    graph = Graph.from_edge_index(edge_index.cuda(), 500)
+    slots = 2 if layer == "gatv2" else 3
+    packed = torch.randn(500, slots, 3, 20, generator=generator).to(dtype).cuda()
+    edge = torch.randn(graph.num_edges, 3, 20, generator=generator).to(dtype).cuda()
+    packed.requires_grad_(), edge.requires_grad_()
+    inputs = [packed, edge]
+    if layer == "gatv2":
+        att = torch.randn(3, 20, generator=generator).cuda().requires_grad_()
+        inputs.append(att)
+        out, lse = graph_gatv2_packed(graph, packed, att, edge, dropout_p=0.3, seed=seed)
+    else:
+        out, lse = graph_transformer_packed(graph, packed, edge=edge, dropout_p=0.3, seed=seed)
+    grad_out = torch.randn(out.shape, generator=generator).to(dtype).cuda()
+    return out, lse, torch.autograd.grad(out, inputs, grad_out)
+
+
+@pytest.mark.parametrize("layer", ["gatv2", "transformer"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_launches_match_ctypes(calls, monkeypatch, layer, dtype):
+    """GATv2's and the graph transformer's forward and backward launched
+    from C++ give what the ctypes launches give: the same out and lse
+    (bitwise), the same gradients up to the order of their atomic sums; a
+    bad layout raises the same ValueError before any launch."""
+    from pyg_ioaware import _native
+    results = []
+    for host in (False, True):
+        monkeypatch.setattr(config, "native_host", host)
+        results.append(attention(layer, dtype, seed=47))
+    assert calls[layer] == 1 and calls[f"{layer}_backward"] == 1
+    (out_a, lse_a, grads_a), (out_b, lse_b, grads_b) = results
+    assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a, b, rtol=1e-5 if dtype == torch.float32 else 1e-2,
+                                   atol=1e-5 if dtype == torch.float32 else 1e-2)
+    graph = Graph.from_edge_index(random_graph(50, 50, 300, seed=48).cuda(), 50)
+    x = torch.randn(50, 2, 3, 8, device="cuda").to(dtype)
+    strided = torch.randn(50, 8, 3, device="cuda").to(dtype).transpose(1, 2)  # channels strided
+    out = torch.empty(50, 3, 8, device="cuda", dtype=dtype)
+    lse = torch.empty(50, 3, device="cuda")
+    monkeypatch.setattr(config, "native_host", True)
+    with pytest.raises(ValueError, match="contiguous heads and channels"):
+        if layer == "gatv2":
+            _native.gatv2(graph.rowptr, graph.col, strided, x[:, 1], None,
+                          torch.zeros(3, 8, device="cuda"), 0.2, 0.0, 0, None, 0, None, out, lse)
+        else:
+            _native.transformer(graph.rowptr, graph.col, x[:, 0], strided, x[:, 1], None, 0.3,
+                                0.0, 0, None, 0, out, lse)
+    assert calls[layer] == 1

@@ -1,6 +1,8 @@
 """The loader of the optional C++ host extension (pyg_ioaware._native_host):
 which modules it takes, which it refuses, and how (CPU: the module is faked)."""
+import re
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -59,6 +61,15 @@ def test_a_module_for_this_torch_and_abi_is_taken_and_given_the_entry_points(loa
     setup(loader, module)
     assert _native_host.extension() is module
     assert set(module.native) == {*_native_host.ENTRY_POINTS, "gemv_min_elements"}
+
+
+def test_the_entry_points_are_those_the_extension_takes():
+    """The loader hands over exactly the addresses set_native takes
+    (cuda/host/native_api.cpp): one it lacks would refuse the module, one
+    it does not take would go unchecked."""
+    source = (Path(__file__).parents[1] / "cuda" / "host" / "native_api.cpp").read_text()
+    taken = re.findall(r'take\(entries,\s*"(\w+)"', source)
+    assert len(taken) == len(set(taken)) and set(taken) == set(_native_host.ENTRY_POINTS)
 
 
 # Another torch, another native ABI, another interface of the module's own.

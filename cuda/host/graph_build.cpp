@@ -8,12 +8,6 @@
 
 namespace pygio_host {
 
-namespace {
-const void* optional_pointer(const c10::optional<torch::Tensor>& tensor) {
-  return tensor.has_value() ? tensor->data_ptr() : nullptr;
-}
-}  // namespace
-
 EdgeStatsRead::EdgeStatsRead(const torch::Tensor& edge_index) {
   // torch's warnings (sync debug mode's) reach Python's warnings as from
   // any torch call, not stderr.
@@ -90,7 +84,7 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_s
   p.rowptr = rowptr.data_ptr();
   p.col = col.data_ptr();
   p.row = row.data_ptr();
-  p.edge_perm = optional_pointer(edge_perm);
+  p.edge_perm = data_or_null(edge_perm);
   p.out_rowptr = out_rowptr.data_ptr();
   p.out_col = out_col.data_ptr();
   p.out_row = out_row.data_ptr();
@@ -98,6 +92,61 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_s
   p.stream = current_stream(rowptr);
   check(native.csr_add_self_loops(&p), "pygio_csr_add_self_loops");
   return {out_rowptr, out_col, out_row, out_origin};
+}
+
+std::vector<torch::Tensor> csr_pyg_self_loops(const torch::Tensor& edge_index, int64_t num_rows,
+                                              int64_t num_loops, int64_t num_kept,
+                                              c10::ScalarType index_dtype) {
+  const int64_t entries = num_kept + num_loops;
+  const auto options = edge_index.options().dtype(index_dtype);
+  torch::Tensor out_edges = torch::empty({2, entries}, edge_index.options());
+  torch::Tensor out_kept = torch::empty({num_kept}, edge_index.options().dtype(torch::kLong));
+  torch::Tensor out_rowptr = torch::empty({num_rows + 1}, options);
+  torch::Tensor out_col = torch::empty({entries}, options);
+  torch::Tensor out_row = torch::empty({entries}, options);
+  torch::Tensor out_perm = torch::empty({entries}, options);
+  pygio_pyg_self_loops_params p{};
+  p.struct_size = sizeof(p);
+  p.device = edge_index.get_device();
+  p.edges = edges_of(edge_index);
+  p.num_rows = num_rows;
+  p.num_loops = num_loops;
+  p.num_kept = num_kept;
+  p.out_index_bits = index_bits(index_dtype);
+  p.out_edges = out_edges.data_ptr();
+  p.out_kept = out_kept.data_ptr<int64_t>();
+  p.out_rowptr = out_rowptr.data_ptr();
+  p.out_col = out_col.data_ptr();
+  p.out_row = out_row.data_ptr();
+  p.out_perm = out_perm.data_ptr();
+  p.stream = current_stream(edge_index);
+  launch_with_workspace(native.csr_pyg_self_loops_workspace_size, native.csr_pyg_self_loops, p,
+                        edge_index, "pygio_csr_pyg_self_loops");
+  return {out_edges, out_kept, out_rowptr, out_col, out_row, out_perm};
+}
+
+std::vector<torch::Tensor> csr_transpose(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                         const torch::Tensor& row, int64_t num_cols) {
+  TORCH_CHECK(col.scalar_type() == rowptr.scalar_type() &&
+                  row.scalar_type() == rowptr.scalar_type(),
+              "csr_transpose: every index tensor must share one dtype");
+  torch::Tensor out_rowptr = torch::empty({num_cols + 1}, rowptr.options());
+  torch::Tensor out_col = torch::empty_like(col);
+  torch::Tensor out_row = torch::empty_like(col);
+  torch::Tensor out_perm = torch::empty_like(col);
+  pygio_csr_transpose_params p{};
+  p.struct_size = sizeof(p);
+  p.device = rowptr.get_device();
+  p.a = csr_of(rowptr, col, num_cols);
+  p.row = row.data_ptr();
+  p.out_rowptr = out_rowptr.data_ptr();
+  p.out_col = out_col.data_ptr();
+  p.out_row = out_row.data_ptr();
+  p.out_perm = out_perm.data_ptr();
+  p.stream = current_stream(rowptr);
+  launch_with_workspace(native.csr_transpose_workspace_size, native.csr_transpose, p, rowptr,
+                        "pygio_csr_transpose");
+  return {out_rowptr, out_col, out_row, out_perm};
 }
 
 namespace {
@@ -112,8 +161,8 @@ Params norm_params(const torch::Tensor& rowptr, const torch::Tensor& col, int64_
   p.device = rowptr.get_device();
   p.a = csr_of(rowptr, col, num_cols);
   p.row = row.data_ptr();
-  p.weight = optional_pointer(weight);
-  p.origin = static_cast<const int64_t*>(optional_pointer(origin));
+  p.weight = data_or_null(weight);
+  p.origin = static_cast<const int64_t*>(data_or_null(origin));
   p.values = values.data_ptr();
   p.stream = current_stream(rowptr);
   return p;

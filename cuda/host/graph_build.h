@@ -1,9 +1,10 @@
 // A new graph's native launches, called from C++ in place of ctypes (each
 // ctypes call took 20-60 us of host time on an H200 host, a large share of
 // a small mini-batch step): the edge statistics and their read back, the
-// CSR of edges grouped by destination, the graph with self loops and the
-// normalized edge values, each allocating its outputs (a torch.empty from
-// Python costs several microseconds, from C++ well under one). The
+// CSR of edges grouped by destination, the graph with self loops (GCN's;
+// PyG's remove + add), the CSR^T and the normalized edge values, each
+// allocating its outputs (a torch.empty from Python costs several
+// microseconds, from C++ well under one). The
 // contracts are the C ABI's (cuda/include/pyg_ioaware.h); the Python
 // wrappers of pyg_ioaware._native call these where the extension is loaded.
 #pragma once
@@ -46,6 +47,19 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_from_grouped(
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_self_loops(
     const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
     const c10::optional<torch::Tensor>& edge_perm);
+
+// pygio_csr_pyg_self_loops: PyG's remove + add self loops of edges grouped
+// by destination, num_kept of them no loop: (edges [2, num_kept +
+// num_loops] in edge_index's dtype, kept [num_kept] int64, rowptr, col,
+// row, perm in index_dtype), allocated here.
+std::vector<torch::Tensor> csr_pyg_self_loops(const torch::Tensor& edge_index, int64_t num_rows,
+                                              int64_t num_loops, int64_t num_kept,
+                                              c10::ScalarType index_dtype);
+
+// pygio_csr_transpose: (rowptr [num_cols + 1], col, row, perm) of the
+// CSR^T, in the input's index dtype, allocated here.
+std::vector<torch::Tensor> csr_transpose(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                         const torch::Tensor& row, int64_t num_cols);
 
 // pygio_gcn_norm: GCN's symmetric normalization of a square CSR graph, its
 // values [E] in dtype (the degrees' scratch allocated here too).

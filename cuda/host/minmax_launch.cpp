@@ -22,11 +22,7 @@ void minmax(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::
   p.out_row_stride = row_stride(out);
   p.arg = static_cast<int32_t*>(data_or_null(arg));
   p.stream = current_stream(x);
-  size_t bytes = 0;
-  check(native.minmax_workspace_size(&p, &bytes), "pygio_minmax_workspace_size");
-  const torch::Tensor scratch = workspace(bytes, x);
-  p.workspace = data_or_null(scratch);
-  check(native.minmax(&p), "pygio_minmax");
+  launch_with_workspace(native.minmax_workspace_size, native.minmax, p, x, "pygio_minmax");
 }
 
 void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
@@ -57,12 +53,8 @@ void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
   p.grad_x = grad_x.data_ptr();
   p.grad_x_row_stride = row_stride(grad_x);
   p.stream = current_stream(x);
-  size_t bytes = 0;
-  check(native.minmax_backward_workspace_size(&p, &bytes),
-        "pygio_minmax_backward_workspace_size");
-  const torch::Tensor scratch = workspace(bytes, x);
-  p.workspace = data_or_null(scratch);
-  check(native.minmax_backward(&p), "pygio_minmax_backward");
+  launch_with_workspace(native.minmax_backward_workspace_size, native.minmax_backward, p, x,
+                        "pygio_minmax_backward");
 }
 
 }  // namespace pygio_host

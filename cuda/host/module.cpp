@@ -1,9 +1,11 @@
 // The host extension module pyg_ioaware._native_host_ext: the native
 // library's host side in C++ where Python's costs more than the kernels
-// (see spmm_autograd.h, graph_build.h, spmm_launch.h, minmax_launch.h).
+// (see spmm_autograd.h, graph_build.h, spmm_launch.h, minmax_launch.h,
+// attention_launch.h).
 // Built against the torch it runs with.
 #include <torch/extension.h>
 
+#include "attention_launch.h"
 #include "graph_build.h"
 #include "minmax_launch.h"
 #include "native_api.h"
@@ -18,7 +20,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 2;
+  m.attr("HOST_API_VERSION") = 3;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -50,6 +52,40 @@ PYBIND11_MODULE(_native_host_ext, m) {
                                     grad_x);
       },
       "pygio_minmax_backward");
+  m.def("gatv2", &pygio_host::gatv2, "pygio_gatv2 into out and lse");
+  m.def(
+      "gatv2_backward",
+      [](const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
+         const torch::Tensor& col_t, const torch::Tensor& perm_t, const torch::Tensor& x_l,
+         const torch::Tensor& x_r, const OptionalTensor& edge, const torch::Tensor& att,
+         double negative_slope, double dropout_p, int64_t seed, const OptionalTensor& hub_degree,
+         int64_t max_hubs, const OptionalTensor& hub_degree_t, int64_t max_hubs_t,
+         const torch::Tensor& lse, const torch::Tensor& grad_out, const torch::Tensor& grad_x_l,
+         const torch::Tensor& grad_x_r, const torch::Tensor& grad_att,
+         const OptionalTensor& grad_edge) {
+        pygio_host::gatv2_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, edge, att,
+                                   negative_slope, dropout_p, seed,
+                                   Hubs{hub_degree, max_hubs, hub_degree_t, max_hubs_t}, lse,
+                                   grad_out, grad_x_l, grad_x_r, grad_att, grad_edge);
+      },
+      "pygio_gatv2_backward into the grad_* tensors");
+  m.def("transformer", &pygio_host::transformer, "pygio_transformer into out and lse");
+  m.def(
+      "transformer_backward",
+      [](const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
+         const torch::Tensor& col_t, const torch::Tensor& perm_t, const torch::Tensor& q,
+         const torch::Tensor& k, const torch::Tensor& v, const OptionalTensor& edge,
+         double scale, double dropout_p, int64_t seed, const OptionalTensor& hub_degree,
+         int64_t max_hubs, const OptionalTensor& hub_degree_t, int64_t max_hubs_t,
+         const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& grad_out,
+         const torch::Tensor& grad_q, const torch::Tensor& grad_k, const torch::Tensor& grad_v,
+         const OptionalTensor& grad_edge) {
+        pygio_host::transformer_backward(
+            rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, scale, dropout_p, seed,
+            Hubs{hub_degree, max_hubs, hub_degree_t, max_hubs_t}, out, lse, grad_out, grad_q,
+            grad_k, grad_v, grad_edge);
+      },
+      "pygio_transformer_backward into the grad_* tensors");
   m.def("spmm", &spmm_autograd, "Y = A X + b with its backward in C++", py::arg("x"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
         py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
@@ -60,6 +96,8 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.def("edge_index_stats", &edge_index_stats, "pygio_edge_index_stats, read back");
   m.def("csr_from_grouped", &csr_from_grouped, "pygio_csr_from_grouped");
   m.def("csr_add_self_loops", &csr_add_self_loops, "pygio_csr_add_self_loops");
+  m.def("csr_pyg_self_loops", &csr_pyg_self_loops, "pygio_csr_pyg_self_loops");
+  m.def("csr_transpose", &csr_transpose, "pygio_csr_transpose");
   m.def("gcn_norm", &gcn_norm, "pygio_gcn_norm");
   m.def("mean_norm", &mean_norm, "pygio_mean_norm");
 }

@@ -26,6 +26,20 @@ void set_native(const py::dict& entries) {
   take(entries, "pygio_minmax_workspace_size", &native.minmax_workspace_size);
   take(entries, "pygio_minmax_backward", &native.minmax_backward);
   take(entries, "pygio_minmax_backward_workspace_size", &native.minmax_backward_workspace_size);
+  take(entries, "pygio_csr_pyg_self_loops", &native.csr_pyg_self_loops);
+  take(entries, "pygio_csr_pyg_self_loops_workspace_size",
+       &native.csr_pyg_self_loops_workspace_size);
+  take(entries, "pygio_csr_transpose", &native.csr_transpose);
+  take(entries, "pygio_csr_transpose_workspace_size", &native.csr_transpose_workspace_size);
+  take(entries, "pygio_gatv2", &native.gatv2);
+  take(entries, "pygio_gatv2_workspace_size", &native.gatv2_workspace_size);
+  take(entries, "pygio_gatv2_backward", &native.gatv2_backward);
+  take(entries, "pygio_gatv2_backward_workspace_size", &native.gatv2_backward_workspace_size);
+  take(entries, "pygio_transformer", &native.transformer);
+  take(entries, "pygio_transformer_workspace_size", &native.transformer_workspace_size);
+  take(entries, "pygio_transformer_backward", &native.transformer_backward);
+  take(entries, "pygio_transformer_backward_workspace_size",
+       &native.transformer_backward_workspace_size);
   take(entries, "pygio_gcn_norm", &native.gcn_norm);
   take(entries, "pygio_mean_norm", &native.mean_norm);
   take(entries, "pygio_last_error", &native.last_error);
@@ -75,7 +89,15 @@ pygio_csr csr_of(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t 
 
 int64_t row_stride(const torch::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
 
+int64_t node_row_stride(const torch::Tensor& t) {
+  return t.size(0) > 1 ? t.stride(0) : t.size(1) * t.size(2);
+}
+
 void* data_or_null(const torch::Tensor& t) { return t.defined() ? t.data_ptr() : nullptr; }
+
+void* data_or_null(const c10::optional<torch::Tensor>& t) {
+  return t.has_value() ? data_or_null(*t) : nullptr;
+}
 
 torch::Tensor workspace(size_t bytes, const torch::Tensor& like) {
   if (bytes == 0) return torch::Tensor();

@@ -23,6 +23,19 @@ struct NativeApi {
   int (*minmax_workspace_size)(const pygio_minmax_params*, size_t*) = nullptr;
   int (*minmax_backward)(const pygio_minmax_backward_params*) = nullptr;
   int (*minmax_backward_workspace_size)(const pygio_minmax_backward_params*, size_t*) = nullptr;
+  int (*csr_pyg_self_loops)(const pygio_pyg_self_loops_params*) = nullptr;
+  int (*csr_pyg_self_loops_workspace_size)(const pygio_pyg_self_loops_params*, size_t*) = nullptr;
+  int (*csr_transpose)(const pygio_csr_transpose_params*) = nullptr;
+  int (*csr_transpose_workspace_size)(const pygio_csr_transpose_params*, size_t*) = nullptr;
+  int (*gatv2)(const pygio_gatv2_params*) = nullptr;
+  int (*gatv2_workspace_size)(const pygio_gatv2_params*, size_t*) = nullptr;
+  int (*gatv2_backward)(const pygio_gatv2_backward_params*) = nullptr;
+  int (*gatv2_backward_workspace_size)(const pygio_gatv2_backward_params*, size_t*) = nullptr;
+  int (*transformer)(const pygio_transformer_params*) = nullptr;
+  int (*transformer_workspace_size)(const pygio_transformer_params*, size_t*) = nullptr;
+  int (*transformer_backward)(const pygio_transformer_backward_params*) = nullptr;
+  int (*transformer_backward_workspace_size)(const pygio_transformer_backward_params*,
+                                             size_t*) = nullptr;
   int (*gcn_norm)(const pygio_gcn_norm_params*) = nullptr;
   int (*mean_norm)(const pygio_mean_norm_params*) = nullptr;
   const char* (*last_error)() = nullptr;
@@ -52,11 +65,32 @@ pygio_csr csr_of(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t 
 // (pyg_ioaware._native._row_stride's rule).
 int64_t row_stride(const torch::Tensor& t);
 
-// The tensor's data, or NULL for an undefined tensor.
+// A [nodes, heads, channels] tensor's node row stride as the attention
+// kernels take it (a single node's is heads * channels, as row_stride's).
+int64_t node_row_stride(const torch::Tensor& t);
+
+// The tensor's data, or NULL for an undefined tensor or none.
 void* data_or_null(const torch::Tensor& t);
+void* data_or_null(const c10::optional<torch::Tensor>& t);
 
 // `bytes` of scratch on like's device from torch's caching allocator (an
 // undefined tensor for 0 bytes).
 torch::Tensor workspace(size_t bytes, const torch::Tensor& like);
+
+// The size / allocate / launch of every entry point that takes a
+// workspace: asks size_of for the bytes p needs, allocates them on like's
+// device (p.workspace; kept alive through the launch: torch's caching
+// allocator orders its reuse on the stream) and calls launch(&p). `name`
+// is launch's C name, for errors.
+template <typename Params>
+void launch_with_workspace(int (*size_of)(const Params*, size_t*),
+                           int (*launch)(const Params*), Params& p, const torch::Tensor& like,
+                           const char* name) {
+  size_t bytes = 0;
+  check(size_of(&p, &bytes), name);
+  const torch::Tensor scratch = workspace(bytes, like);
+  p.workspace = data_or_null(scratch);
+  check(launch(&p), name);
+}
 
 }  // namespace pygio_host

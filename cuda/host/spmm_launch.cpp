@@ -25,11 +25,8 @@ void spmm_into(const torch::Tensor& rowptr, const torch::Tensor& col,
   p.y = out.data_ptr();
   p.y_row_stride = row_stride(out);
   p.stream = current_stream(x);
-  size_t bytes = 0;
-  check(native.spmm_csr_workspace_size(&p, &bytes), "pygio_spmm_csr_workspace_size");
-  const torch::Tensor scratch = workspace(bytes, x);
-  p.workspace = data_or_null(scratch);
-  check(native.spmm_csr(&p), "pygio_spmm_csr");
+  launch_with_workspace(native.spmm_csr_workspace_size, native.spmm_csr, p, x,
+                        "pygio_spmm_csr");
 }
 
 }  // namespace pygio_host

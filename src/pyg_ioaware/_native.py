@@ -665,11 +665,15 @@ def _dtype_code(dtype: torch.dtype) -> int:
     return code
 
 
-def _csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Csr:
-    """A ``pygio_csr`` over rowptr / col (both int32 or both int64)."""
+def _check_index_dtypes(rowptr: Tensor, col: Tensor) -> None:
     if rowptr.dtype != col.dtype:
         raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
                         f"index dtype")
+
+
+def _csr(rowptr: Tensor, col: Tensor, num_cols: int) -> Csr:
+    """A ``pygio_csr`` over rowptr / col (both int32 or both int64)."""
+    _check_index_dtypes(rowptr, col)
     return Csr(rowptr=rowptr.data_ptr(), col=col.data_ptr(), num_rows=rowptr.numel() - 1,
                num_cols=num_cols, nnz=col.numel(), index_bits=index_bits(rowptr.dtype))
 
@@ -679,9 +683,7 @@ def _check_launch(rowptr: Tensor, col: Tensor, *rows: Tuple[Tensor, str]) -> Non
     before a launch from C++ so that both raise alike: rowptr and col of one
     index dtype (TypeError), each named 2-D tensor of inner stride 1
     (ValueError)."""
-    if rowptr.dtype != col.dtype:
-        raise TypeError(f"rowptr ({rowptr.dtype}) and col ({col.dtype}) must share one "
-                        f"index dtype")
+    _check_index_dtypes(rowptr, col)
     for t, name in rows:
         _row_stride(t, name)
 
@@ -940,6 +942,17 @@ def _node_row_stride(t: Tensor, name: str) -> int:
     return t.stride(0) if t.size(0) > 1 else t.size(1) * t.size(2)
 
 
+def _check_attention_launch(rowptr: Tensor, col: Tensor, *nodes: Tuple[Tensor, str]) -> None:
+    """The checks an attention launch through ctypes makes while it fills
+    its params, made before one from C++ so that both raise alike: rowptr
+    and col of one index dtype (TypeError), each named [nodes, heads,
+    channels] tensor laid out as :func:`_node_row_stride` requires
+    (ValueError)."""
+    _check_index_dtypes(rowptr, col)
+    for t, name in nodes:
+        _node_row_stride(t, name)
+
+
 def _gatv2_inputs(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor,
                   edge: Optional[Tensor], att: Tensor, negative_slope: float) -> dict:
     """The fields pygio_gatv2, pygio_gatv2_backward and pygio_gatv2_alpha share."""
@@ -957,7 +970,14 @@ def gatv2(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[
           lse: Tensor) -> None:
     """Enqueues out and lse = GATv2 attention over the CSR (rowptr, col) on
     torch's current stream (contract: pygio_gatv2 in pyg_ioaware.h);
-    ``out_bias``: fp32 [heads, channels] contiguous or None."""
+    ``out_bias``: fp32 [heads, channels] contiguous or None. From C++ where
+    the host extension is loaded."""
+    host = _native_host.active()
+    if host is not None:
+        _check_attention_launch(rowptr, col, (x_l, "x_l"), (x_r, "x_r"))
+        _host_call(host.gatv2, rowptr, col, x_l, x_r, edge, att, negative_slope, dropout_p,
+                   seed, hub_degree, max_hubs, out_bias, out, lse)
+        return
     lib = library()
     params = Gatv2Params(struct_size=ctypes.sizeof(Gatv2Params),
                          **_gatv2_inputs(rowptr, col, x_l, x_r, edge, att, negative_slope),
@@ -979,7 +999,16 @@ def gatv2_backward(rowptr: Tensor, col: Tensor, transpose: tuple, x_l: Tensor, x
     """Enqueues the gradients of :func:`gatv2` on torch's current stream
     (contract: pygio_gatv2_backward): ``transpose`` = (rowptr_t, col_t,
     perm_t), the CSR^T and its CSR positions; ``hubs`` = (hub_degree,
-    max_hubs, hub_degree_t, max_hubs_t)."""
+    max_hubs, hub_degree_t, max_hubs_t). From C++ where the host extension
+    is loaded."""
+    host = _native_host.active()
+    if host is not None:
+        _check_attention_launch(rowptr, col, (x_l, "x_l"), (x_r, "x_r"),
+                                (grad_x_l, "grad_x_l"), (grad_x_r, "grad_x_r"))
+        _host_call(host.gatv2_backward, rowptr, col, *transpose, x_l, x_r, edge, att,
+                   negative_slope, dropout_p, seed, *hubs, lse, grad_out, grad_x_l, grad_x_r,
+                   grad_att, grad_edge)
+        return
     lib = library()
     rowptr_t, col_t, perm_t = transpose
     hub_degree, max_hubs, hub_degree_t, max_hubs_t = hubs
@@ -1024,7 +1053,14 @@ def transformer(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, v: Tensor,
                 edge: Optional[Tensor], scale: float, dropout_p: float, seed: int,
                 hub_degree: Optional[Tensor], max_hubs: int, out: Tensor, lse: Tensor) -> None:
     """Enqueues out and lse = graph-transformer attention over the CSR
-    (rowptr, col) on torch's current stream (contract: pygio_transformer)."""
+    (rowptr, col) on torch's current stream (contract: pygio_transformer).
+    From C++ where the host extension is loaded."""
+    host = _native_host.active()
+    if host is not None:
+        _check_attention_launch(rowptr, col, (q, "q"), (k, "k"), (v, "v"))
+        _host_call(host.transformer, rowptr, col, q, k, v, edge, scale, dropout_p, seed,
+                   hub_degree, max_hubs, out, lse)
+        return
     lib = library()
     params = TransformerParams(struct_size=ctypes.sizeof(TransformerParams),
                                **_transformer_inputs(rowptr, col, q, k, edge, scale),
@@ -1046,7 +1082,16 @@ def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tenso
                          grad_edge: Optional[Tensor]) -> None:
     """Enqueues the gradients of :func:`transformer` (contract:
     pygio_transformer_backward); ``transpose`` = (rowptr_t, col_t, perm_t),
-    ``hubs`` = (hub_degree, max_hubs, hub_degree_t, max_hubs_t)."""
+    ``hubs`` = (hub_degree, max_hubs, hub_degree_t, max_hubs_t). From C++
+    where the host extension is loaded."""
+    host = _native_host.active()
+    if host is not None:
+        _check_attention_launch(rowptr, col, (q, "q"), (k, "k"), (v, "v"), (grad_q, "grad_q"),
+                                (grad_k, "grad_k"), (grad_v, "grad_v"))
+        _host_call(host.transformer_backward, rowptr, col, *transpose, q, k, v, edge, scale,
+                   dropout_p, seed, *hubs, out, lse, grad_out, grad_q, grad_k, grad_v,
+                   grad_edge)
+        return
     lib = library()
     rowptr_t, col_t, perm_t = transpose
     hub_degree, max_hubs, hub_degree_t, max_hubs_t = hubs
@@ -1254,42 +1299,54 @@ def csr_from_grouped(edge_index: Tensor, num_rows: int,
     return rowptr, col, row
 
 
-def csr_pyg_self_loops(edge_index: Tensor, num_rows: int, num_loops: int, out_edges: Tensor,
-                       out_kept: Tensor, out_rowptr: Tensor, out_col: Tensor, out_row: Tensor,
-                       out_perm: Tensor) -> None:
+def csr_pyg_self_loops(edge_index: Tensor, num_rows: int, num_loops: int, num_kept: int,
+                       index_dtype: torch.dtype) -> Tuple[Tensor, ...]:
     """Enqueues PyG's remove + add self loops of a CUDA edge_index grouped by
-    destination, its range checked, into the out_* tensors (contract:
-    pygio_csr_pyg_self_loops; out_kept's length is the number of kept edges).
-    Allocates the scan's workspace from torch's caching allocator."""
-    if not out_rowptr.dtype == out_col.dtype == out_row.dtype == out_perm.dtype:
-        raise TypeError("csr_pyg_self_loops: the CSR outputs must share one index dtype")
-    if out_edges.dtype != edge_index.dtype or not out_edges.is_contiguous():
-        raise TypeError("csr_pyg_self_loops: out_edges must be contiguous, in edge_index's "
-                        "dtype")
+    destination, its range checked, ``num_kept`` of its edges no loop:
+    (edges [2, num_kept + num_loops] in edge_index's dtype, kept [num_kept]
+    int64, rowptr, col, row, perm in ``index_dtype``) (contract:
+    pygio_csr_pyg_self_loops). The scan's workspace comes from torch's
+    caching allocator. From C++ where the host extension is loaded."""
+    host = _native_host.active()
+    if host is not None:
+        return tuple(_host_call(host.csr_pyg_self_loops, edge_index, num_rows, num_loops,
+                                num_kept, index_dtype))
+    device, entries = edge_index.device, num_kept + num_loops
+    out_edges = torch.empty(2, entries, dtype=edge_index.dtype, device=device)
+    out_kept = torch.empty(num_kept, dtype=torch.long, device=device)
+    out_rowptr = torch.empty(num_rows + 1, dtype=index_dtype, device=device)
+    out_col, out_row, out_perm = (torch.empty(entries, dtype=index_dtype, device=device)
+                                  for _ in range(3))
     lib = library()
     params = PygSelfLoopsParams(
-        struct_size=ctypes.sizeof(PygSelfLoopsParams), device=edge_index.device.index,
-        edges=_edges(edge_index), num_rows=num_rows, num_loops=num_loops,
-        num_kept=out_kept.numel(), out_index_bits=index_bits(out_rowptr.dtype),
-        out_edges=out_edges.data_ptr(), out_kept=_int64_pointer(out_kept),
-        out_rowptr=out_rowptr.data_ptr(), out_col=out_col.data_ptr(),
-        out_row=out_row.data_ptr(), out_perm=out_perm.data_ptr(),
+        struct_size=ctypes.sizeof(PygSelfLoopsParams), device=device.index,
+        edges=_edges(edge_index), num_rows=num_rows, num_loops=num_loops, num_kept=num_kept,
+        out_index_bits=index_bits(index_dtype), out_edges=out_edges.data_ptr(),
+        out_kept=_int64_pointer(out_kept), out_rowptr=out_rowptr.data_ptr(),
+        out_col=out_col.data_ptr(), out_row=out_row.data_ptr(), out_perm=out_perm.data_ptr(),
         stream=stream_of(edge_index))
     size = ctypes.c_size_t()
     check(lib.pygio_csr_pyg_self_loops_workspace_size(ctypes.byref(params), ctypes.byref(size)))
-    workspace = _workspace(size, edge_index.device)
+    workspace = _workspace(size, device)
     params.workspace = pointer(workspace)
     check(lib.pygio_csr_pyg_self_loops(ctypes.byref(params)))
+    return out_edges, out_kept, out_rowptr, out_col, out_row, out_perm
 
 
-def csr_transpose(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int, out_rowptr: Tensor,
-                  out_col: Tensor, out_row: Tensor, out_perm: Tensor) -> None:
+def csr_transpose(rowptr: Tensor, col: Tensor, row: Tensor,
+                  num_cols: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Enqueues the CSR^T of the CSR matrix (rowptr, col) with ``num_cols``
-    columns, ``row`` the row of every entry, into the out_* tensors
-    (contract: pygio_csr_transpose in pyg_ioaware.h; one index dtype for all
-    of them). Allocates the sort's workspace from torch's caching allocator."""
-    if any(t.dtype != rowptr.dtype for t in (col, row, out_rowptr, out_col, out_row, out_perm)):
+    columns, ``row`` the row of every entry: (rowptr [num_cols + 1], col,
+    row, perm) in the input's index dtype (contract: pygio_csr_transpose in
+    pyg_ioaware.h). The sort's workspace comes from torch's caching
+    allocator. From C++ where the host extension is loaded."""
+    if col.dtype != rowptr.dtype or row.dtype != rowptr.dtype:
         raise TypeError("csr_transpose: every index tensor must share one dtype")
+    host = _native_host.active()
+    if host is not None:
+        return tuple(_host_call(host.csr_transpose, rowptr, col, row, num_cols))
+    out_rowptr = torch.empty(num_cols + 1, dtype=rowptr.dtype, device=rowptr.device)
+    out_col, out_row, out_perm = (torch.empty_like(col) for _ in range(3))
     lib = library()
     params = CsrTransposeParams(struct_size=ctypes.sizeof(CsrTransposeParams),
                                 device=rowptr.device.index, a=_csr(rowptr, col, num_cols),
@@ -1301,6 +1358,7 @@ def csr_transpose(rowptr: Tensor, col: Tensor, row: Tensor, num_cols: int, out_r
     workspace = _workspace(size, rowptr.device)
     params.workspace = pointer(workspace)
     check(lib.pygio_csr_transpose(ctypes.byref(params)))
+    return out_rowptr, out_col, out_row, out_perm
 
 
 # The host extension calls some of the entries above from C++; it imports

@@ -7,8 +7,10 @@ H200 host, and each ctypes launch of a new graph's build 20-60 us. The
 extension module ``pyg_ioaware._native_host_ext`` holds the SpMM Function
 in C++ (``spmm``) and calls the native launches of a new graph
 (``EdgeStatsRead``, ``edge_index_stats``, ``csr_from_grouped``,
-``csr_add_self_loops``, ``gcn_norm``, ``mean_norm``) and of the SpMM and
-min / max kernels (``spmm_csr``, ``minmax``, ``minmax_backward``) without
+``csr_add_self_loops``, ``csr_pyg_self_loops``, ``csr_transpose``,
+``gcn_norm``, ``mean_norm``) and of the SpMM, min / max and attention
+kernels (``spmm_csr``, ``minmax``, ``minmax_backward``, ``gatv2``,
+``gatv2_backward``, ``transformer``, ``transformer_backward``) without
 ctypes.
 It is a torch C++ extension, so it is built against one torch (the one it
 runs with) and one Python; it is optional:
@@ -40,13 +42,19 @@ ENV_MODULE_PATH = "PYG_IOAWARE_HOST_LIB"
 MODULE_NAME = "pyg_ioaware._native_host_ext"
 #: The module's interface (cuda/host/module.cpp: HOST_API_VERSION) this
 #: loader's callers are written for.
-HOST_API_VERSION = 2
-#: The native library's functions the extension calls (cuda/host/native_api.h).
-ENTRY_POINTS = ("pygio_spmm_csr", "pygio_spmm_csr_workspace_size", "pygio_edge_index_stats",
-                "pygio_csr_from_grouped", "pygio_csr_add_self_loops", "pygio_gcn_norm",
-                "pygio_mean_norm", "pygio_minmax", "pygio_minmax_workspace_size",
-                "pygio_minmax_backward", "pygio_minmax_backward_workspace_size",
-                "pygio_last_error")
+HOST_API_VERSION = 3
+#: The native library's functions the extension calls (cuda/host/native_api.h:
+#: set_native takes each; an entry point with a workspace comes with its
+#: ``_workspace_size``).
+_LAUNCHES_WITH_WORKSPACE = ("pygio_spmm_csr", "pygio_minmax", "pygio_minmax_backward",
+                            "pygio_csr_pyg_self_loops", "pygio_csr_transpose", "pygio_gatv2",
+                            "pygio_gatv2_backward", "pygio_transformer",
+                            "pygio_transformer_backward")
+ENTRY_POINTS = (_LAUNCHES_WITH_WORKSPACE
+                + tuple(f"{name}_workspace_size" for name in _LAUNCHES_WITH_WORKSPACE)
+                + ("pygio_edge_index_stats", "pygio_csr_from_grouped",
+                   "pygio_csr_add_self_loops", "pygio_gcn_norm", "pygio_mean_norm",
+                   "pygio_last_error"))
 
 
 def _address(function: ctypes._CFuncPtr) -> int:

@@ -364,10 +364,8 @@ class Graph:
         call: the sort limited to the sources' bits and one gather kernel),
         else torch.sort and gathers; the same result either way."""
         if self.device.type == "cuda" and _native.library() is not None:
-            rowptr = torch.empty(self.num_src + 1, dtype=self.index_dtype, device=self.device)
-            col, sources, perm = (torch.empty_like(self.col) for _ in range(3))
-            _native.csr_transpose(self.rowptr, self.col, self.row, self.num_src, rowptr, col,
-                                  sources, perm)
+            rowptr, col, sources, perm = _native.csr_transpose(self.rowptr, self.col, self.row,
+                                                               self.num_src)
         else:
             sources, perm = torch.sort(self.col, stable=True)
             perm = perm.to(self.index_dtype)
@@ -837,19 +835,14 @@ def _pyg_self_looped(adj: Tensor, num_nodes: Tuple[int, int]) -> Tuple[Graph, Te
     num_kept = num_edges - (0 if stats is None else stats.self_loops)
     # Rows keep at most their input entries (less their loops), plus one loop.
     degree_bound = stats.longest_run + 1 if stats is not None and stats.grouped else None
-    device = edge_index.device
     if degree_bound is not None and _native_build(edge_index):
         index_dtype = _index_dtype(num_src, num_dst, num_kept + num_loops)
-        looped = torch.empty(2, num_kept + num_loops, dtype=edge_index.dtype, device=device)
-        kept = torch.empty(num_kept, dtype=torch.long, device=device)
-        rowptr = torch.empty(num_dst + 1, dtype=index_dtype, device=device)
-        col, row, perm = (torch.empty(num_kept + num_loops, dtype=index_dtype, device=device)
-                          for _ in range(3))
-        _native.csr_pyg_self_loops(edge_index, num_dst, num_loops, looped, kept, rowptr, col,
-                                   row, perm)
+        looped, kept, rowptr, col, row, perm = _native.csr_pyg_self_loops(
+            edge_index, num_dst, num_loops, num_kept, index_dtype)
         graph = Graph(rowptr=rowptr, col=col, row=row, num_src=num_src, num_dst=num_dst,
                       edge_perm=perm, degree_bound=degree_bound)
         return graph, looped, kept
+    device = edge_index.device
     keep = edge_index[0] != edge_index[1]
     # Kept edge e goes to slot (kept edges before it), a loop to num_kept + (loops before it).
     slot = torch.where(keep, torch.cumsum(keep, 0) - 1, num_kept + torch.cumsum(~keep, 0) - 1)

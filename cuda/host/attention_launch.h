@@ -1,0 +1,67 @@
+// The attention kernels' launches from C++ in place of ctypes: GATv2's and
+// the graph transformer's forward and backward (contracts: pygio_gatv2,
+// pygio_gatv2_backward, pygio_transformer, pygio_transformer_backward in
+// cuda/include/pyg_ioaware.h). Filling one of their parameter structs from
+// Python took 50-100 us of host time per call on an H200 host, a large
+// share of a small mini-batch step with two attention layers. Outputs are
+// the caller's (a backward may write into the slots of one packed
+// gradient); the workspace comes from torch's caching allocator. The
+// wrappers of pyg_ioaware._native call these where the extension is loaded,
+// after the checks their ctypes path makes.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+
+namespace pygio_host {
+
+using OptionalTensor = c10::optional<torch::Tensor>;
+
+// A backward's hub split, of the structure and of its transpose: rows above
+// the int64 device scalar degree (none: no row is split), at most max_hubs
+// of them.
+struct Hubs {
+  OptionalTensor degree;
+  int64_t max_hubs = 0;
+  OptionalTensor degree_t;
+  int64_t max_hubs_t = 0;
+};
+
+// pygio_gatv2: out and lse of GATv2 attention over (rowptr, col).
+void gatv2(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x_l,
+           const torch::Tensor& x_r, const OptionalTensor& edge, const torch::Tensor& att,
+           double negative_slope, double dropout_p, int64_t seed,
+           const OptionalTensor& hub_degree, int64_t max_hubs, const OptionalTensor& out_bias,
+           const torch::Tensor& out, const torch::Tensor& lse);
+
+// pygio_gatv2_backward: grad_x_l, grad_x_r, grad_att (and grad_edge).
+void gatv2_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
+                    const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
+                    const torch::Tensor& perm_t, const torch::Tensor& x_l,
+                    const torch::Tensor& x_r, const OptionalTensor& edge,
+                    const torch::Tensor& att, double negative_slope, double dropout_p,
+                    int64_t seed, const Hubs& hubs, const torch::Tensor& lse,
+                    const torch::Tensor& grad_out, const torch::Tensor& grad_x_l,
+                    const torch::Tensor& grad_x_r, const torch::Tensor& grad_att,
+                    const OptionalTensor& grad_edge);
+
+// pygio_transformer: out and lse of graph-transformer attention.
+void transformer(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& q,
+                 const torch::Tensor& k, const torch::Tensor& v, const OptionalTensor& edge,
+                 double scale, double dropout_p, int64_t seed,
+                 const OptionalTensor& hub_degree, int64_t max_hubs, const torch::Tensor& out,
+                 const torch::Tensor& lse);
+
+// pygio_transformer_backward: grad_q, grad_k, grad_v (and grad_edge).
+void transformer_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
+                          const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
+                          const torch::Tensor& perm_t, const torch::Tensor& q,
+                          const torch::Tensor& k, const torch::Tensor& v,
+                          const OptionalTensor& edge, double scale, double dropout_p,
+                          int64_t seed, const Hubs& hubs, const torch::Tensor& out,
+                          const torch::Tensor& lse, const torch::Tensor& grad_out,
+                          const torch::Tensor& grad_q, const torch::Tensor& grad_k,
+                          const torch::Tensor& grad_v, const OptionalTensor& grad_edge);
+
+}  // namespace pygio_host
