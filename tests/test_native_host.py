@@ -14,7 +14,8 @@ pytestmark = pytest.mark.cuda
 
 LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "csr_from_grouped", "csr_add_self_loops",
             "csr_pyg_self_loops", "csr_transpose", "gcn_norm", "mean_norm", "spmm_csr", "minmax",
-            "minmax_backward", "gatv2", "gatv2_backward", "transformer", "transformer_backward")
+            "minmax_backward", "gatv2", "gatv2_backward", "transformer", "transformer_backward",
+            "kth_row_degree")
 
 
 @pytest.fixture
@@ -227,6 +228,7 @@ def test_attention_launches_match_ctypes(calls, monkeypatch, layer, dtype):
         monkeypatch.setattr(config, "native_host", host)
         results.append(attention(layer, dtype, seed=47))
     assert calls[layer] == 1 and calls[f"{layer}_backward"] == 1
+    assert calls["kth_row_degree"] >= 1  # the hub rows' thresholds
     (out_a, lse_a, grads_a), (out_b, lse_b, grads_b) = results
     assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
     for a, b in zip(grads_a, grads_b):
@@ -235,14 +237,31 @@ def test_attention_launches_match_ctypes(calls, monkeypatch, layer, dtype):
     graph = Graph.from_edge_index(random_graph(50, 50, 300, seed=48).cuda(), 50)
     x = torch.randn(50, 2, 3, 8, device="cuda").to(dtype)
     strided = torch.randn(50, 8, 3, device="cuda").to(dtype).transpose(1, 2)  # channels strided
-    out = torch.empty(50, 3, 8, device="cuda", dtype=dtype)
-    lse = torch.empty(50, 3, device="cuda")
     monkeypatch.setattr(config, "native_host", True)
     with pytest.raises(ValueError, match="contiguous heads and channels"):
         if layer == "gatv2":
             _native.gatv2(graph.rowptr, graph.col, strided, x[:, 1], None,
-                          torch.zeros(3, 8, device="cuda"), 0.2, 0.0, 0, None, 0, None, out, lse)
+                          torch.zeros(3, 8, device="cuda"), 0.2, 0.0, 0, None, 0, None)
         else:
             _native.transformer(graph.rowptr, graph.col, x[:, 0], strided, x[:, 1], None, 0.3,
-                                0.0, 0, None, 0, out, lse)
+                                0.0, 0, None, 0)
     assert calls[layer] == 1
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_kth_row_degree_matches_torch(calls, monkeypatch, index_dtype):
+    """The hub threshold from C++ is torch's: kthvalue and the sort path,
+    an int64 device scalar either way."""
+    from pyg_ioaware.ops import hubs
+    graph = Graph.from_edge_index(random_graph(900, 700, 9000, seed=49, hub_degree=700).cuda(),
+                                  (900, 700))
+    rowptr = graph.rowptr.to(index_dtype)
+    for by_sort in (False, True):
+        for k in (1, 350, 693, 700):
+            monkeypatch.setattr(config, "native_host", False)
+            expected = hubs._kth_row_degree(rowptr, k, by_sort)
+            monkeypatch.setattr(config, "native_host", True)
+            got = hubs._kth_row_degree(rowptr, k, by_sort)
+            assert got.dtype == torch.int64 and got.dim() == 0 and got.is_cuda
+            assert int(got) == int(expected) == int(rowptr.diff().sort().values[k - 1])
+    assert calls["kth_row_degree"] == 8

@@ -58,6 +58,19 @@ Params transformer_inputs(const torch::Tensor& rowptr, const torch::Tensor& col,
   return p;
 }
 
+// A node gradient: `into` where given (a slot of a packed gradient), else a
+// fresh contiguous tensor of like's shape and dtype.
+torch::Tensor node_tensor(const OptionalTensor& into, const torch::Tensor& like) {
+  return into.has_value() ? *into : torch::empty(like.sizes(), like.options());
+}
+
+// The edge features' gradient: of edge's shape, or empty (in like's dtype)
+// without edge features.
+torch::Tensor edge_gradient(const OptionalTensor& edge, const torch::Tensor& like) {
+  return edge.has_value() ? torch::empty(edge->sizes(), edge->options())
+                          : torch::empty({0}, like.options());
+}
+
 // The hub fields of a backward: the structure's and its transpose's.
 template <typename Params>
 void set_backward_hubs(Params& p, const Hubs& hubs) {
@@ -68,32 +81,38 @@ void set_backward_hubs(Params& p, const Hubs& hubs) {
 }
 }  // namespace
 
-void gatv2(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x_l,
-           const torch::Tensor& x_r, const OptionalTensor& edge, const torch::Tensor& att,
-           double negative_slope, double dropout_p, int64_t seed,
-           const OptionalTensor& hub_degree, int64_t max_hubs, const OptionalTensor& out_bias,
-           const torch::Tensor& out, const torch::Tensor& lse) {
+std::vector<torch::Tensor> gatv2(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                 const torch::Tensor& x_l, const torch::Tensor& x_r,
+                                 const OptionalTensor& edge, const torch::Tensor& att,
+                                 double negative_slope, double dropout_p, int64_t seed,
+                                 const OptionalTensor& hub_degree, int64_t max_hubs,
+                                 const OptionalTensor& out_bias) {
   auto p = gatv2_inputs<pygio_gatv2_params>(rowptr, col, x_l, x_r, edge, att, negative_slope,
                                             dropout_p, seed);
+  const torch::Tensor out = torch::empty({p.a.num_rows, p.heads, p.channels}, x_l.options());
+  const torch::Tensor lse = torch::empty({p.a.num_rows, p.heads}, x_l.options().dtype(c10::kFloat));
   p.hub_degree = static_cast<const int64_t*>(data_or_null(hub_degree));
   p.max_hubs = max_hubs;
   p.out_bias = static_cast<const float*>(data_or_null(out_bias));
   p.out = out.data_ptr();
   p.lse = lse.data_ptr<float>();
   launch_with_workspace(native.gatv2_workspace_size, native.gatv2, p, x_l, "pygio_gatv2");
+  return {out, lse};
 }
 
-void gatv2_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
-                    const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
-                    const torch::Tensor& perm_t, const torch::Tensor& x_l,
-                    const torch::Tensor& x_r, const OptionalTensor& edge,
-                    const torch::Tensor& att, double negative_slope, double dropout_p,
-                    int64_t seed, const Hubs& hubs, const torch::Tensor& lse,
-                    const torch::Tensor& grad_out, const torch::Tensor& grad_x_l,
-                    const torch::Tensor& grad_x_r, const torch::Tensor& grad_att,
-                    const OptionalTensor& grad_edge) {
+std::vector<torch::Tensor> gatv2_backward(
+    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
+    const torch::Tensor& col_t, const torch::Tensor& perm_t, const torch::Tensor& x_l,
+    const torch::Tensor& x_r, const OptionalTensor& edge, const torch::Tensor& att,
+    double negative_slope, double dropout_p, int64_t seed, const Hubs& hubs,
+    const torch::Tensor& lse, const torch::Tensor& grad_out, const OptionalTensor& into_x_l,
+    const OptionalTensor& into_x_r) {
   auto p = gatv2_inputs<pygio_gatv2_backward_params>(rowptr, col, x_l, x_r, edge, att,
                                                      negative_slope, dropout_p, seed);
+  const torch::Tensor grad_x_l = node_tensor(into_x_l, x_l);
+  const torch::Tensor grad_x_r = node_tensor(into_x_r, x_r);
+  const torch::Tensor grad_att = torch::empty(att.sizes(), att.options());
+  const torch::Tensor grad_edge = edge_gradient(edge, x_l);
   p.a_t = csr_of(rowptr_t, col_t, rowptr.numel() - 1);
   p.perm_t = perm_t.data_ptr();
   set_backward_hubs(p, hubs);
@@ -104,37 +123,43 @@ void gatv2_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
   p.grad_x_r = grad_x_r.data_ptr();
   p.grad_x_r_row_stride = node_row_stride(grad_x_r);
   p.grad_att = grad_att.data_ptr<float>();
-  p.grad_edge = data_or_null(grad_edge);
+  p.grad_edge = edge.has_value() ? grad_edge.data_ptr() : nullptr;
   launch_with_workspace(native.gatv2_backward_workspace_size, native.gatv2_backward, p, x_l,
                         "pygio_gatv2_backward");
+  return {grad_x_l, grad_x_r, grad_att, grad_edge};
 }
 
-void transformer(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& q,
-                 const torch::Tensor& k, const torch::Tensor& v, const OptionalTensor& edge,
-                 double scale, double dropout_p, int64_t seed,
-                 const OptionalTensor& hub_degree, int64_t max_hubs, const torch::Tensor& out,
-                 const torch::Tensor& lse) {
+std::vector<torch::Tensor> transformer(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                       const torch::Tensor& q, const torch::Tensor& k,
+                                       const torch::Tensor& v, const OptionalTensor& edge,
+                                       double scale, double dropout_p, int64_t seed,
+                                       const OptionalTensor& hub_degree, int64_t max_hubs) {
   auto p = transformer_inputs<pygio_transformer_params>(rowptr, col, q, k, v, edge, scale,
                                                         dropout_p, seed);
+  const torch::Tensor out = torch::empty({p.a.num_rows, p.heads, p.channels}, q.options());
+  const torch::Tensor lse = torch::empty({p.a.num_rows, p.heads}, q.options().dtype(c10::kFloat));
   p.hub_degree = static_cast<const int64_t*>(data_or_null(hub_degree));
   p.max_hubs = max_hubs;
   p.out = out.data_ptr();
   p.lse = lse.data_ptr<float>();
   launch_with_workspace(native.transformer_workspace_size, native.transformer, p, q,
                         "pygio_transformer");
+  return {out, lse};
 }
 
-void transformer_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
-                          const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
-                          const torch::Tensor& perm_t, const torch::Tensor& q,
-                          const torch::Tensor& k, const torch::Tensor& v,
-                          const OptionalTensor& edge, double scale, double dropout_p,
-                          int64_t seed, const Hubs& hubs, const torch::Tensor& out,
-                          const torch::Tensor& lse, const torch::Tensor& grad_out,
-                          const torch::Tensor& grad_q, const torch::Tensor& grad_k,
-                          const torch::Tensor& grad_v, const OptionalTensor& grad_edge) {
+std::vector<torch::Tensor> transformer_backward(
+    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
+    const torch::Tensor& col_t, const torch::Tensor& perm_t, const torch::Tensor& q,
+    const torch::Tensor& k, const torch::Tensor& v, const OptionalTensor& edge, double scale,
+    double dropout_p, int64_t seed, const Hubs& hubs, const torch::Tensor& out,
+    const torch::Tensor& lse, const torch::Tensor& grad_out, const OptionalTensor& into_q,
+    const OptionalTensor& into_k, const OptionalTensor& into_v) {
   auto p = transformer_inputs<pygio_transformer_backward_params>(rowptr, col, q, k, v, edge,
                                                                  scale, dropout_p, seed);
+  const torch::Tensor grad_q = node_tensor(into_q, q);
+  const torch::Tensor grad_k = node_tensor(into_k, k);
+  const torch::Tensor grad_v = node_tensor(into_v, v);
+  const torch::Tensor grad_edge = edge_gradient(edge, q);
   p.a_t = csr_of(rowptr_t, col_t, rowptr.numel() - 1);
   p.perm_t = perm_t.data_ptr();
   set_backward_hubs(p, hubs);
@@ -147,9 +172,10 @@ void transformer_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
   p.grad_k_row_stride = node_row_stride(grad_k);
   p.grad_v = grad_v.data_ptr();
   p.grad_v_row_stride = node_row_stride(grad_v);
-  p.grad_edge = data_or_null(grad_edge);
+  p.grad_edge = edge.has_value() ? grad_edge.data_ptr() : nullptr;
   launch_with_workspace(native.transformer_backward_workspace_size,
                         native.transformer_backward, p, q, "pygio_transformer_backward");
+  return {grad_q, grad_k, grad_v, grad_edge};
 }
 
 }  // namespace pygio_host

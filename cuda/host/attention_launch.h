@@ -4,8 +4,9 @@
 // cuda/include/pyg_ioaware.h). Filling one of their parameter structs from
 // Python took 50-100 us of host time per call on an H200 host, a large
 // share of a small mini-batch step with two attention layers. Outputs are
-// the caller's (a backward may write into the slots of one packed
-// gradient); the workspace comes from torch's caching allocator. The
+// allocated here (a backward may write its node gradients into the slots
+// of one packed gradient instead), the workspace from torch's caching
+// allocator. The
 // wrappers of pyg_ioaware._native call these where the extension is loaded,
 // after the checks their ctypes path makes.
 #pragma once
@@ -13,6 +14,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace pygio_host {
 
@@ -28,40 +30,43 @@ struct Hubs {
   int64_t max_hubs_t = 0;
 };
 
-// pygio_gatv2: out and lse of GATv2 attention over (rowptr, col).
-void gatv2(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& x_l,
-           const torch::Tensor& x_r, const OptionalTensor& edge, const torch::Tensor& att,
-           double negative_slope, double dropout_p, int64_t seed,
-           const OptionalTensor& hub_degree, int64_t max_hubs, const OptionalTensor& out_bias,
-           const torch::Tensor& out, const torch::Tensor& lse);
+// pygio_gatv2: {out [rows, heads, channels] in x_l's dtype, lse [rows,
+// heads] fp32} of GATv2 attention over (rowptr, col), allocated here.
+std::vector<torch::Tensor> gatv2(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                 const torch::Tensor& x_l, const torch::Tensor& x_r,
+                                 const OptionalTensor& edge, const torch::Tensor& att,
+                                 double negative_slope, double dropout_p, int64_t seed,
+                                 const OptionalTensor& hub_degree, int64_t max_hubs,
+                                 const OptionalTensor& out_bias);
 
-// pygio_gatv2_backward: grad_x_l, grad_x_r, grad_att (and grad_edge).
-void gatv2_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
-                    const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
-                    const torch::Tensor& perm_t, const torch::Tensor& x_l,
-                    const torch::Tensor& x_r, const OptionalTensor& edge,
-                    const torch::Tensor& att, double negative_slope, double dropout_p,
-                    int64_t seed, const Hubs& hubs, const torch::Tensor& lse,
-                    const torch::Tensor& grad_out, const torch::Tensor& grad_x_l,
-                    const torch::Tensor& grad_x_r, const torch::Tensor& grad_att,
-                    const OptionalTensor& grad_edge);
+// pygio_gatv2_backward: {grad_x_l, grad_x_r, grad_att (fp32), grad_edge
+// (empty without edge)}; grad_x_l / grad_x_r written into into_x_l /
+// into_x_r where given, else allocated here, as the others are.
+std::vector<torch::Tensor> gatv2_backward(
+    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
+    const torch::Tensor& col_t, const torch::Tensor& perm_t, const torch::Tensor& x_l,
+    const torch::Tensor& x_r, const OptionalTensor& edge, const torch::Tensor& att,
+    double negative_slope, double dropout_p, int64_t seed, const Hubs& hubs,
+    const torch::Tensor& lse, const torch::Tensor& grad_out, const OptionalTensor& into_x_l,
+    const OptionalTensor& into_x_r);
 
-// pygio_transformer: out and lse of graph-transformer attention.
-void transformer(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& q,
-                 const torch::Tensor& k, const torch::Tensor& v, const OptionalTensor& edge,
-                 double scale, double dropout_p, int64_t seed,
-                 const OptionalTensor& hub_degree, int64_t max_hubs, const torch::Tensor& out,
-                 const torch::Tensor& lse);
+// pygio_transformer: {out [rows, heads, channels] in q's dtype, lse [rows,
+// heads] fp32} of graph-transformer attention, allocated here.
+std::vector<torch::Tensor> transformer(const torch::Tensor& rowptr, const torch::Tensor& col,
+                                       const torch::Tensor& q, const torch::Tensor& k,
+                                       const torch::Tensor& v, const OptionalTensor& edge,
+                                       double scale, double dropout_p, int64_t seed,
+                                       const OptionalTensor& hub_degree, int64_t max_hubs);
 
-// pygio_transformer_backward: grad_q, grad_k, grad_v (and grad_edge).
-void transformer_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
-                          const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
-                          const torch::Tensor& perm_t, const torch::Tensor& q,
-                          const torch::Tensor& k, const torch::Tensor& v,
-                          const OptionalTensor& edge, double scale, double dropout_p,
-                          int64_t seed, const Hubs& hubs, const torch::Tensor& out,
-                          const torch::Tensor& lse, const torch::Tensor& grad_out,
-                          const torch::Tensor& grad_q, const torch::Tensor& grad_k,
-                          const torch::Tensor& grad_v, const OptionalTensor& grad_edge);
+// pygio_transformer_backward: {grad_q, grad_k, grad_v, grad_edge (empty
+// without edge)}, each of grad_q, grad_k, grad_v written into its into_*
+// where given, else allocated here.
+std::vector<torch::Tensor> transformer_backward(
+    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
+    const torch::Tensor& col_t, const torch::Tensor& perm_t, const torch::Tensor& q,
+    const torch::Tensor& k, const torch::Tensor& v, const OptionalTensor& edge, double scale,
+    double dropout_p, int64_t seed, const Hubs& hubs, const torch::Tensor& out,
+    const torch::Tensor& lse, const torch::Tensor& grad_out, const OptionalTensor& into_q,
+    const OptionalTensor& into_k, const OptionalTensor& into_v);
 
 }  // namespace pygio_host

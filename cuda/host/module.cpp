@@ -52,7 +52,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
                                     grad_x);
       },
       "pygio_minmax_backward");
-  m.def("gatv2", &pygio_host::gatv2, "pygio_gatv2 into out and lse");
+  m.def("gatv2", &pygio_host::gatv2, "pygio_gatv2: [out, lse]");
   m.def(
       "gatv2_backward",
       [](const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
@@ -60,16 +60,15 @@ PYBIND11_MODULE(_native_host_ext, m) {
          const torch::Tensor& x_r, const OptionalTensor& edge, const torch::Tensor& att,
          double negative_slope, double dropout_p, int64_t seed, const OptionalTensor& hub_degree,
          int64_t max_hubs, const OptionalTensor& hub_degree_t, int64_t max_hubs_t,
-         const torch::Tensor& lse, const torch::Tensor& grad_out, const torch::Tensor& grad_x_l,
-         const torch::Tensor& grad_x_r, const torch::Tensor& grad_att,
-         const OptionalTensor& grad_edge) {
-        pygio_host::gatv2_backward(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, edge, att,
-                                   negative_slope, dropout_p, seed,
-                                   Hubs{hub_degree, max_hubs, hub_degree_t, max_hubs_t}, lse,
-                                   grad_out, grad_x_l, grad_x_r, grad_att, grad_edge);
+         const torch::Tensor& lse, const torch::Tensor& grad_out,
+         const OptionalTensor& into_x_l, const OptionalTensor& into_x_r) {
+        return pygio_host::gatv2_backward(
+            rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, edge, att, negative_slope,
+            dropout_p, seed, Hubs{hub_degree, max_hubs, hub_degree_t, max_hubs_t}, lse,
+            grad_out, into_x_l, into_x_r);
       },
-      "pygio_gatv2_backward into the grad_* tensors");
-  m.def("transformer", &pygio_host::transformer, "pygio_transformer into out and lse");
+      "pygio_gatv2_backward: [grad_x_l, grad_x_r, grad_att, grad_edge]");
+  m.def("transformer", &pygio_host::transformer, "pygio_transformer: [out, lse]");
   m.def(
       "transformer_backward",
       [](const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& rowptr_t,
@@ -78,14 +77,14 @@ PYBIND11_MODULE(_native_host_ext, m) {
          double scale, double dropout_p, int64_t seed, const OptionalTensor& hub_degree,
          int64_t max_hubs, const OptionalTensor& hub_degree_t, int64_t max_hubs_t,
          const torch::Tensor& out, const torch::Tensor& lse, const torch::Tensor& grad_out,
-         const torch::Tensor& grad_q, const torch::Tensor& grad_k, const torch::Tensor& grad_v,
-         const OptionalTensor& grad_edge) {
-        pygio_host::transformer_backward(
+         const OptionalTensor& into_q, const OptionalTensor& into_k,
+         const OptionalTensor& into_v) {
+        return pygio_host::transformer_backward(
             rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, scale, dropout_p, seed,
-            Hubs{hub_degree, max_hubs, hub_degree_t, max_hubs_t}, out, lse, grad_out, grad_q,
-            grad_k, grad_v, grad_edge);
+            Hubs{hub_degree, max_hubs, hub_degree_t, max_hubs_t}, out, lse, grad_out, into_q,
+            into_k, into_v);
       },
-      "pygio_transformer_backward into the grad_* tensors");
+      "pygio_transformer_backward: [grad_q, grad_k, grad_v, grad_edge]");
   m.def("spmm", &spmm_autograd, "Y = A X + b with its backward in C++", py::arg("x"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
         py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
@@ -98,6 +97,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.def("csr_add_self_loops", &csr_add_self_loops, "pygio_csr_add_self_loops");
   m.def("csr_pyg_self_loops", &csr_pyg_self_loops, "pygio_csr_pyg_self_loops");
   m.def("csr_transpose", &csr_transpose, "pygio_csr_transpose");
+  m.def("kth_row_degree", &kth_row_degree, "the k-th smallest row degree, int64 on the device");
   m.def("gcn_norm", &gcn_norm, "pygio_gcn_norm");
   m.def("mean_norm", &mean_norm, "pygio_mean_norm");
 }

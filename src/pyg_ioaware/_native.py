@@ -964,20 +964,30 @@ def _gatv2_inputs(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor,
                 stream=stream_of(x_l))
 
 
+def _node_tensor(into: Optional[Tensor], like: Tensor) -> Tensor:
+    """``into`` where given, else a fresh contiguous tensor of like's shape
+    and dtype."""
+    return into if into is not None else torch.empty(like.shape, dtype=like.dtype,
+                                                     device=like.device)
+
+
 def gatv2(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[Tensor],
           att: Tensor, negative_slope: float, dropout_p: float, seed: int,
-          hub_degree: Optional[Tensor], max_hubs: int, out_bias: Optional[Tensor], out: Tensor,
-          lse: Tensor) -> None:
-    """Enqueues out and lse = GATv2 attention over the CSR (rowptr, col) on
-    torch's current stream (contract: pygio_gatv2 in pyg_ioaware.h);
+          hub_degree: Optional[Tensor], max_hubs: int,
+          out_bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """Enqueues (out [rows, heads, channels] in x's dtype, lse [rows, heads]
+    fp32) = GATv2 attention over the CSR (rowptr, col) with at least one
+    row, on torch's current stream (contract: pygio_gatv2 in pyg_ioaware.h);
     ``out_bias``: fp32 [heads, channels] contiguous or None. From C++ where
     the host extension is loaded."""
     host = _native_host.active()
     if host is not None:
         _check_attention_launch(rowptr, col, (x_l, "x_l"), (x_r, "x_r"))
-        _host_call(host.gatv2, rowptr, col, x_l, x_r, edge, att, negative_slope, dropout_p,
-                   seed, hub_degree, max_hubs, out_bias, out, lse)
-        return
+        return tuple(_host_call(host.gatv2, rowptr, col, x_l, x_r, edge, att, negative_slope,
+                                dropout_p, seed, hub_degree, max_hubs, out_bias))
+    num_rows, heads, channels = rowptr.numel() - 1, x_l.size(1), x_l.size(2)
+    out = torch.empty(num_rows, heads, channels, dtype=x_l.dtype, device=x_l.device)
+    lse = torch.empty(num_rows, heads, dtype=torch.float32, device=x_l.device)
     lib = library()
     params = Gatv2Params(struct_size=ctypes.sizeof(Gatv2Params),
                          **_gatv2_inputs(rowptr, col, x_l, x_r, edge, att, negative_slope),
@@ -989,26 +999,31 @@ def gatv2(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[
     workspace = _workspace(size, x_l.device)
     params.workspace = pointer(workspace)
     check(lib.pygio_gatv2(ctypes.byref(params)))
+    return out, lse
 
 
 def gatv2_backward(rowptr: Tensor, col: Tensor, transpose: tuple, x_l: Tensor, x_r: Tensor,
                    edge: Optional[Tensor], att: Tensor, negative_slope: float,
                    dropout_p: float, seed: int, hubs: tuple, lse: Tensor, grad_out: Tensor,
-                   grad_x_l: Tensor, grad_x_r: Tensor, grad_att: Tensor,
-                   grad_edge: Optional[Tensor]) -> None:
+                   into: Tuple[Optional[Tensor], Optional[Tensor]]) -> Tuple[Tensor, ...]:
     """Enqueues the gradients of :func:`gatv2` on torch's current stream
-    (contract: pygio_gatv2_backward): ``transpose`` = (rowptr_t, col_t,
+    (contract: pygio_gatv2_backward): (grad_x_l, grad_x_r, grad_att fp32,
+    grad_edge, empty without edge). ``transpose`` = (rowptr_t, col_t,
     perm_t), the CSR^T and its CSR positions; ``hubs`` = (hub_degree,
-    max_hubs, hub_degree_t, max_hubs_t). From C++ where the host extension
-    is loaded."""
+    max_hubs, hub_degree_t, max_hubs_t); ``into`` = (grad_x_l, grad_x_r) to
+    write into (the slots of a packed gradient), each None for a fresh one.
+    From C++ where the host extension is loaded."""
     host = _native_host.active()
     if host is not None:
         _check_attention_launch(rowptr, col, (x_l, "x_l"), (x_r, "x_r"),
-                                (grad_x_l, "grad_x_l"), (grad_x_r, "grad_x_r"))
-        _host_call(host.gatv2_backward, rowptr, col, *transpose, x_l, x_r, edge, att,
-                   negative_slope, dropout_p, seed, *hubs, lse, grad_out, grad_x_l, grad_x_r,
-                   grad_att, grad_edge)
-        return
+                                *((t, name) for t, name in zip(into, ("grad_x_l", "grad_x_r"))
+                                  if t is not None))
+        return tuple(_host_call(host.gatv2_backward, rowptr, col, *transpose, x_l, x_r, edge,
+                                att, negative_slope, dropout_p, seed, *hubs, lse, grad_out,
+                                *into))
+    grad_x_l, grad_x_r = _node_tensor(into[0], x_l), _node_tensor(into[1], x_r)
+    grad_att = torch.empty(att.shape, dtype=torch.float32, device=att.device)
+    grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
     lib = library()
     rowptr_t, col_t, perm_t = transpose
     hub_degree, max_hubs, hub_degree_t, max_hubs_t = hubs
@@ -1021,12 +1036,14 @@ def gatv2_backward(rowptr: Tensor, col: Tensor, transpose: tuple, x_l: Tensor, x
         lse=_float_pointer(lse), grad_out=grad_out.data_ptr(),
         grad_x_l=grad_x_l.data_ptr(), grad_x_l_row_stride=_node_row_stride(grad_x_l, "grad_x_l"),
         grad_x_r=grad_x_r.data_ptr(), grad_x_r_row_stride=_node_row_stride(grad_x_r, "grad_x_r"),
-        grad_att=_float_pointer(grad_att), grad_edge=pointer(grad_edge))
+        grad_att=_float_pointer(grad_att), grad_edge=pointer(grad_edge if edge is not None
+                                                               else None))
     size = ctypes.c_size_t()
     check(lib.pygio_gatv2_backward_workspace_size(ctypes.byref(params), ctypes.byref(size)))
     workspace = _workspace(size, x_l.device)
     params.workspace = pointer(workspace)
     check(lib.pygio_gatv2_backward(ctypes.byref(params)))
+    return grad_x_l, grad_x_r, grad_att, grad_edge
 
 
 def gatv2_alpha(rowptr: Tensor, col: Tensor, x_l: Tensor, x_r: Tensor, edge: Optional[Tensor],
@@ -1051,16 +1068,19 @@ def _transformer_inputs(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor,
 
 def transformer(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, v: Tensor,
                 edge: Optional[Tensor], scale: float, dropout_p: float, seed: int,
-                hub_degree: Optional[Tensor], max_hubs: int, out: Tensor, lse: Tensor) -> None:
-    """Enqueues out and lse = graph-transformer attention over the CSR
-    (rowptr, col) on torch's current stream (contract: pygio_transformer).
-    From C++ where the host extension is loaded."""
+                hub_degree: Optional[Tensor], max_hubs: int) -> Tuple[Tensor, Tensor]:
+    """Enqueues (out [rows, heads, channels] in q's dtype, lse [rows, heads]
+    fp32) = graph-transformer attention over the CSR (rowptr, col) with at
+    least one row (contract: pygio_transformer). From C++ where the host
+    extension is loaded."""
     host = _native_host.active()
     if host is not None:
         _check_attention_launch(rowptr, col, (q, "q"), (k, "k"), (v, "v"))
-        _host_call(host.transformer, rowptr, col, q, k, v, edge, scale, dropout_p, seed,
-                   hub_degree, max_hubs, out, lse)
-        return
+        return tuple(_host_call(host.transformer, rowptr, col, q, k, v, edge, scale, dropout_p,
+                                seed, hub_degree, max_hubs))
+    num_rows, heads, channels = rowptr.numel() - 1, q.size(1), q.size(2)
+    out = torch.empty(num_rows, heads, channels, dtype=q.dtype, device=q.device)
+    lse = torch.empty(num_rows, heads, dtype=torch.float32, device=q.device)
     lib = library()
     params = TransformerParams(struct_size=ctypes.sizeof(TransformerParams),
                                **_transformer_inputs(rowptr, col, q, k, edge, scale),
@@ -1073,25 +1093,29 @@ def transformer(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, v: Tensor,
     workspace = _workspace(size, q.device)
     params.workspace = pointer(workspace)
     check(lib.pygio_transformer(ctypes.byref(params)))
+    return out, lse
 
 
 def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tensor, k: Tensor,
                          v: Tensor, edge: Optional[Tensor], scale: float, dropout_p: float,
                          seed: int, hubs: tuple, out: Tensor, lse: Tensor, grad_out: Tensor,
-                         grad_q: Tensor, grad_k: Tensor, grad_v: Tensor,
-                         grad_edge: Optional[Tensor]) -> None:
+                         into: Tuple[Optional[Tensor], ...]) -> Tuple[Tensor, ...]:
     """Enqueues the gradients of :func:`transformer` (contract:
-    pygio_transformer_backward); ``transpose`` = (rowptr_t, col_t, perm_t),
-    ``hubs`` = (hub_degree, max_hubs, hub_degree_t, max_hubs_t). From C++
-    where the host extension is loaded."""
+    pygio_transformer_backward): (grad_q, grad_k, grad_v, grad_edge, empty
+    without edge). ``transpose`` = (rowptr_t, col_t, perm_t), ``hubs`` =
+    (hub_degree, max_hubs, hub_degree_t, max_hubs_t), ``into`` = (grad_q,
+    grad_k, grad_v) to write into (the slots of a packed gradient), each
+    None for a fresh one. From C++ where the host extension is loaded."""
     host = _native_host.active()
     if host is not None:
-        _check_attention_launch(rowptr, col, (q, "q"), (k, "k"), (v, "v"), (grad_q, "grad_q"),
-                                (grad_k, "grad_k"), (grad_v, "grad_v"))
-        _host_call(host.transformer_backward, rowptr, col, *transpose, q, k, v, edge, scale,
-                   dropout_p, seed, *hubs, out, lse, grad_out, grad_q, grad_k, grad_v,
-                   grad_edge)
-        return
+        _check_attention_launch(rowptr, col, (q, "q"), (k, "k"), (v, "v"),
+                                *((t, name) for t, name in zip(into, ("grad_q", "grad_k",
+                                                                      "grad_v"))
+                                  if t is not None))
+        return tuple(_host_call(host.transformer_backward, rowptr, col, *transpose, q, k, v,
+                                edge, scale, dropout_p, seed, *hubs, out, lse, grad_out, *into))
+    grad_q, grad_k, grad_v = (_node_tensor(t, like) for t, like in zip(into, (q, k, v)))
+    grad_edge = torch.empty_like(edge) if edge is not None else q.new_empty(0)
     lib = library()
     rowptr_t, col_t, perm_t = transpose
     hub_degree, max_hubs, hub_degree_t, max_hubs_t = hubs
@@ -1106,13 +1130,14 @@ def transformer_backward(rowptr: Tensor, col: Tensor, transpose: tuple, q: Tenso
         grad_q=grad_q.data_ptr(), grad_q_row_stride=_node_row_stride(grad_q, "grad_q"),
         grad_k=grad_k.data_ptr(), grad_k_row_stride=_node_row_stride(grad_k, "grad_k"),
         grad_v=grad_v.data_ptr(), grad_v_row_stride=_node_row_stride(grad_v, "grad_v"),
-        grad_edge=pointer(grad_edge))
+        grad_edge=pointer(grad_edge if edge is not None else None))
     size = ctypes.c_size_t()
     check(lib.pygio_transformer_backward_workspace_size(ctypes.byref(params),
                                                         ctypes.byref(size)))
     workspace = _workspace(size, q.device)
     params.workspace = pointer(workspace)
     check(lib.pygio_transformer_backward(ctypes.byref(params)))
+    return grad_q, grad_k, grad_v, grad_edge
 
 
 def transformer_alpha(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, edge: Optional[Tensor],

@@ -142,17 +142,14 @@ def _gatv2_kernel(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p, s
     if not kernels_take(x_l):
         return gatv2_reference(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
                                seed, out_bias)
+    if rowptr.numel() == 1:  # no destination
+        return (x_l.new_empty(0, *x_l.shape[1:]),
+                torch.empty(0, x_l.size(1), dtype=torch.float32, device=x_l.device))
     x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
     bias32 = None if out_bias is None else out_bias.to(torch.float32).contiguous()
-    num_rows, heads, channels = rowptr.numel() - 1, x_l.size(1), x_l.size(2)
-    out = torch.empty(num_rows, heads, channels, dtype=x_l.dtype, device=x_l.device)
-    lse = torch.empty(num_rows, heads, dtype=torch.float32, device=x_l.device)
-    if num_rows == 0:
-        return out, lse
     degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
-    _native.gatv2(rowptr, col, x_l, x_r, edge, att32, float(negative_slope), float(dropout_p),
-                  int(seed), degree, max_hubs, bias32, out, lse)
-    return out, lse
+    return _native.gatv2(rowptr, col, x_l, x_r, edge, att32, float(negative_slope),
+                         float(dropout_p), int(seed), degree, max_hubs, bias32)
 
 
 def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, edge, lse,
@@ -165,15 +162,12 @@ def _gatv2_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, x_l, x_r, att, 
         return gatv2_backward_reference(rowptr, col, x_l, x_r, att, edge, grad_out,
                                         negative_slope, dropout_p, seed)
     x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
-    grad_x_l, grad_x_r = grad_slots or (torch.empty_like(x_l), torch.empty_like(x_r))
-    grad_att = torch.empty(att.shape, dtype=torch.float32, device=x_l.device)
-    grad_edge = torch.empty_like(edge) if edge is not None else x_l.new_empty(0)
     hubs = (*hub_degree(rowptr, col.numel(), hub_quantile),
             *hub_degree(rowptr_t, col_t.numel(), hub_quantile))
-    _native.gatv2_backward(rowptr, col, (rowptr_t, col_t, perm_t), x_l, x_r, edge, att32,
-                           float(negative_slope), float(dropout_p), int(seed), hubs,
-                           lse.contiguous(), grad_out.contiguous(), grad_x_l, grad_x_r, grad_att,
-                           None if edge is None else grad_edge)
+    grad_x_l, grad_x_r, grad_att, grad_edge = _native.gatv2_backward(
+        rowptr, col, (rowptr_t, col_t, perm_t), x_l, x_r, edge, att32, float(negative_slope),
+        float(dropout_p), int(seed), hubs, lse.contiguous(), grad_out.contiguous(),
+        grad_slots or (None, None))
     return grad_x_l, grad_x_r, grad_att.to(att.dtype), grad_edge
 
 

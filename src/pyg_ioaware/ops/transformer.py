@@ -180,38 +180,31 @@ def _transformer_kernel(rowptr, col, q, k, v, edge, scale, dropout_p, seed,
                         hub_quantile) -> Tuple[Tensor, Tensor]:
     if not kernels_take(q):
         return transformer_reference(rowptr, col, q, k, v, edge, scale, dropout_p, seed)
+    if rowptr.numel() == 1:  # no destination
+        return (q.new_empty(0, *q.shape[1:]),
+                torch.empty(0, q.size(1), dtype=torch.float32, device=q.device))
     q, k, v, edge = heads_readable(q), heads_readable(k), heads_readable(v), _edge_readable(edge)
-    num_rows, heads, channels = rowptr.numel() - 1, q.size(1), q.size(2)
-    out = torch.empty(num_rows, heads, channels, dtype=q.dtype, device=q.device)
-    lse = torch.empty(num_rows, heads, dtype=torch.float32, device=q.device)
-    if num_rows == 0:
-        return out, lse
     degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
-    _native.transformer(rowptr, col, q, k, v, edge, float(scale), float(dropout_p), int(seed),
-                        degree, max_hubs, out, lse)
-    return out, lse
+    return _native.transformer(rowptr, col, q, k, v, edge, float(scale), float(dropout_p),
+                               int(seed), degree, max_hubs)
 
 
 def _transformer_backward_kernel(rowptr, col, rowptr_t, col_t, perm_t, q, k, v, edge, out, lse,
                                  grad_out, scale, dropout_p, seed,
                                  hub_quantile=DEFAULT_HUB_QUANTILE, grad_slots=None):
     """The backward; ``grad_slots``: (grad_q, grad_k, grad_v) to write into
-    (the slots of packed gradients, attention_shared.slot_gradient), else
-    fresh tensors."""
+    (the slots of packed gradients, attention_shared.slot_gradient; None
+    for one to be fresh), else fresh tensors."""
     if not kernels_take(q):
         return transformer_backward_reference(rowptr, col, q, k, v, edge, out, lse, grad_out,
                                               scale, dropout_p, seed)
     q, k, v, edge = heads_readable(q), heads_readable(k), heads_readable(v), _edge_readable(edge)
-    grad_q, grad_k, grad_v = grad_slots or (
-        torch.empty(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
-    grad_edge = torch.empty_like(edge) if edge is not None else q.new_empty(0)
     hubs = (*hub_degree(rowptr, col.numel(), hub_quantile),
             *hub_degree(rowptr_t, col_t.numel(), hub_quantile))
-    _native.transformer_backward(rowptr, col, (rowptr_t, col_t, perm_t), q, k, v, edge,
-                                 float(scale), float(dropout_p), int(seed), hubs,
-                                 out.contiguous(), lse.contiguous(), grad_out.contiguous(),
-                                 grad_q, grad_k, grad_v, None if edge is None else grad_edge)
-    return grad_q, grad_k, grad_v, grad_edge
+    return _native.transformer_backward(rowptr, col, (rowptr_t, col_t, perm_t), q, k, v, edge,
+                                        float(scale), float(dropout_p), int(seed), hubs,
+                                        out.contiguous(), lse.contiguous(),
+                                        grad_out.contiguous(), grad_slots or (None, None, None))
 
 
 def _transformer_weights_kernel(rowptr, col, q, k, edge, lse, scale) -> Tensor:
@@ -356,8 +349,7 @@ class TransformerFunction(torch.autograd.Function):
             grads = transformer_backward_trusted(*args)
         else:
             slots = grad_packed.unbind(1)
-            into = slots if len(slots) == 3 else (torch.empty(q.shape, dtype=q.dtype,
-                                                              device=q.device), *slots)
+            into = slots if len(slots) == 3 else (None, *slots)  # q's: a fresh one
             grads = _transformer_backward_kernel(*args, grad_slots=into)
         grad_q, grad_k, grad_v, grad_edge = grads
         grad_edge = grad_edge if ctx.has_edge else None
