@@ -14,8 +14,7 @@ pytestmark = pytest.mark.cuda
 
 LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "csr_from_grouped", "csr_add_self_loops",
             "csr_pyg_self_loops", "csr_transpose", "gcn_norm", "mean_norm", "spmm_csr", "minmax",
-            "minmax_backward", "gatv2", "gatv2_backward", "transformer", "transformer_backward",
-            "kth_row_degree")
+            "minmax_backward", "gatv2", "gatv2_backward", "transformer", "transformer_backward")
 
 
 @pytest.fixture
@@ -228,7 +227,6 @@ def test_attention_launches_match_ctypes(calls, monkeypatch, layer, dtype):
         monkeypatch.setattr(config, "native_host", host)
         results.append(attention(layer, dtype, seed=47))
     assert calls[layer] == 1 and calls[f"{layer}_backward"] == 1
-    assert calls["kth_row_degree"] >= 1  # the hub rows' thresholds
     (out_a, lse_a, grads_a), (out_b, lse_b, grads_b) = results
     assert torch.equal(out_a, out_b) and torch.equal(lse_a, lse_b)
     for a, b in zip(grads_a, grads_b):
@@ -247,21 +245,3 @@ def test_attention_launches_match_ctypes(calls, monkeypatch, layer, dtype):
                                 0.0, 0, None, 0)
     assert calls[layer] == 1
 
-
-@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
-def test_kth_row_degree_matches_torch(calls, monkeypatch, index_dtype):
-    """The hub threshold from C++ is torch's: kthvalue and the sort path,
-    an int64 device scalar either way."""
-    from pyg_ioaware.ops import hubs
-    graph = Graph.from_edge_index(random_graph(900, 700, 9000, seed=49, hub_degree=700).cuda(),
-                                  (900, 700))
-    rowptr = graph.rowptr.to(index_dtype)
-    for by_sort in (False, True):
-        for k in (1, 350, 693, 700):
-            monkeypatch.setattr(config, "native_host", False)
-            expected = hubs._kth_row_degree(rowptr, k, by_sort)
-            monkeypatch.setattr(config, "native_host", True)
-            got = hubs._kth_row_degree(rowptr, k, by_sort)
-            assert got.dtype == torch.int64 and got.dim() == 0 and got.is_cuda
-            assert int(got) == int(expected) == int(rowptr.diff().sort().values[k - 1])
-    assert calls["kth_row_degree"] == 8

@@ -149,13 +149,6 @@ std::vector<torch::Tensor> csr_transpose(const torch::Tensor& rowptr, const torc
   return {out_rowptr, out_col, out_row, out_perm};
 }
 
-torch::Tensor kth_row_degree(const torch::Tensor& rowptr, int64_t k, bool by_sort) {
-  const torch::Tensor degrees = rowptr.diff();
-  const torch::Tensor kth = by_sort ? std::get<0>(degrees.sort()).select(0, k - 1)
-                                    : std::get<0>(degrees.kthvalue(k));
-  return kth.to(torch::kLong);
-}
-
 namespace {
 // The fields pygio_gcn_norm_params and pygio_mean_norm_params share.
 template <typename Params>

@@ -2,8 +2,7 @@
 // ctypes call took 20-60 us of host time on an H200 host, a large share of
 // a small mini-batch step): the edge statistics and their read back, the
 // CSR of edges grouped by destination, the graph with self loops (GCN's;
-// PyG's remove + add), the CSR^T, its hub threshold and the normalized
-// edge values, each
+// PyG's remove + add), the CSR^T and the normalized edge values, each
 // allocating its outputs (a torch.empty from Python costs several
 // microseconds, from C++ well under one). The
 // contracts are the C ABI's (cuda/include/pyg_ioaware.h); the Python
@@ -61,12 +60,6 @@ std::vector<torch::Tensor> csr_pyg_self_loops(const torch::Tensor& edge_index, i
 // CSR^T, in the input's index dtype, allocated here.
 std::vector<torch::Tensor> csr_transpose(const torch::Tensor& rowptr, const torch::Tensor& col,
                                          const torch::Tensor& row, int64_t num_cols);
-
-// The k-th smallest row degree (1 <= k <= rows) of a CSR structure as an
-// int64 device scalar (ops.hubs.hub_degree's quantile): torch's kthvalue,
-// or with by_sort a device-wide sort; three ATen calls without Python's
-// cost, paid once per new graph's CSR^T in an attention backward.
-torch::Tensor kth_row_degree(const torch::Tensor& rowptr, int64_t k, bool by_sort);
 
 // pygio_gcn_norm: GCN's symmetric normalization of a square CSR graph, its
 // values [E] in dtype (the degrees' scratch allocated here too).

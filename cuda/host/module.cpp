@@ -97,7 +97,6 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.def("csr_add_self_loops", &csr_add_self_loops, "pygio_csr_add_self_loops");
   m.def("csr_pyg_self_loops", &csr_pyg_self_loops, "pygio_csr_pyg_self_loops");
   m.def("csr_transpose", &csr_transpose, "pygio_csr_transpose");
-  m.def("kth_row_degree", &kth_row_degree, "the k-th smallest row degree, int64 on the device");
   m.def("gcn_norm", &gcn_norm, "pygio_gcn_norm");
   m.def("mean_norm", &mean_norm, "pygio_mean_norm");
 }

@@ -11,8 +11,7 @@ in C++ (``spmm``) and calls the native launches of a new graph
 ``gcn_norm``, ``mean_norm``) and of the SpMM, min / max and attention
 kernels (``spmm_csr``, ``minmax``, ``minmax_backward``, ``gatv2``,
 ``gatv2_backward``, ``transformer``, ``transformer_backward``) without
-ctypes, and takes a CSR^T's hub threshold (``kth_row_degree``) in three
-ATen calls.
+ctypes.
 It is a torch C++ extension, so it is built against one torch (the one it
 runs with) and one Python; it is optional:
 

@@ -9,7 +9,6 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .. import _native_host
 from ..graph import known_structure_state, structure_state
 
 DEFAULT_HUB_QUANTILE = 0.99
@@ -47,20 +46,10 @@ def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tens
     state = structure_state(rowptr)
     degree = state.hub_degrees.get(quantile)
     if degree is None:
-        degree = _kth_row_degree(rowptr, k, by_sort=num_rows > KTHVALUE_MAX_ROWS)
+        degrees = rowptr.diff()
+        if num_rows <= KTHVALUE_MAX_ROWS:
+            degree = torch.kthvalue(degrees, k).values.long()
+        else:
+            degree = torch.sort(degrees).values[k - 1].long()
         state.hub_degrees[quantile] = degree
     return degree, max_hubs
-
-
-def _kth_row_degree(rowptr: Tensor, k: int, by_sort: bool) -> Tensor:
-    """The k-th smallest row degree as an int64 device scalar: torch's
-    kthvalue, or with ``by_sort`` a sort; the same three torch calls from
-    C++ where the host extension is loaded (a new graph's CSR^T pays them
-    in every attention backward)."""
-    host = _native_host.active()
-    if host is not None:
-        return host.kth_row_degree(rowptr, k, by_sort)
-    degrees = rowptr.diff()
-    if by_sort:
-        return torch.sort(degrees).values[k - 1].long()
-    return torch.kthvalue(degrees, k).values.long()
