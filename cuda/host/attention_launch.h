@@ -2,13 +2,12 @@
 // the graph transformer's forward and backward (contracts: pygio_gatv2,
 // pygio_gatv2_backward, pygio_transformer, pygio_transformer_backward in
 // cuda/include/pyg_ioaware.h). Filling one of their parameter structs from
-// Python took 50-100 us of host time per call on an H200 host, a large
+// Python took 120-200 us a call under cProfile on an H200 host, a large
 // share of a small mini-batch step with two attention layers. Outputs are
 // allocated here (a backward may write its node gradients into the slots
 // of one packed gradient instead), the workspace from torch's caching
-// allocator. The
-// wrappers of pyg_ioaware._native call these where the extension is loaded,
-// after the checks their ctypes path makes.
+// allocator. The wrappers of pyg_ioaware._native call these where the
+// extension is loaded, after the checks their ctypes path makes.
 #pragma once
 
 #include <torch/extension.h>

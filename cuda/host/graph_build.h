@@ -4,9 +4,9 @@
 // CSR of edges grouped by destination, the graph with self loops (GCN's;
 // PyG's remove + add), the CSR^T and the normalized edge values, each
 // allocating its outputs (a torch.empty from Python costs several
-// microseconds, from C++ well under one). The
-// contracts are the C ABI's (cuda/include/pyg_ioaware.h); the Python
-// wrappers of pyg_ioaware._native call these where the extension is loaded.
+// microseconds, from C++ well under one). The contracts are the C ABI's
+// (cuda/include/pyg_ioaware.h); the Python wrappers of pyg_ioaware._native
+// call these where the extension is loaded.
 #pragma once
 
 #include <c10/core/Event.h>
