@@ -228,8 +228,6 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         if packed is not None:
             out, lse = graph_transformer_packed(graph, packed, q, edge, scale, dropout, seed,
                                                 self.hub_quantile)
-            slots = packed.detach().unbind(1)
-            q, k = (slots[0] if q is None else q), slots[-2]
         else:
             out, lse = graph_transformer(graph, q, k, v, edge, scale, dropout, seed,
                                          self.hub_quantile)
@@ -239,6 +237,9 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         out = self.combine(out, x_dst)
         if not isinstance(return_attention_weights, bool):
             return out
+        if packed is not None:  # q and k as the weights read them
+            slots = packed.detach().unbind(1)
+            q, k = (slots[0] if q is None else q), slots[-2]
         alpha = transformer_weights_trusted(graph.rowptr, graph.col, q.detach(), k.detach(),
                                             None if edge is None else edge.detach(), lse,
                                             scale).to(dtype)
