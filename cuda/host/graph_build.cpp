@@ -167,9 +167,7 @@ Params norm_params(const torch::Tensor& rowptr, const torch::Tensor& col, int64_
   p.stream = current_stream(rowptr);
   return p;
 }
-}  // namespace
 
-namespace {
 // Float accumulation, double for float64 values (the C ABI's rule).
 c10::ScalarType accumulator_of(c10::ScalarType dtype) {
   return dtype == c10::kDouble ? c10::kDouble : c10::kFloat;
