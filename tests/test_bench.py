@@ -354,14 +354,15 @@ def test_reduction_bytes_models_and_hub_split():
     assert reduce.forward_bytes(100, 10, 64, 4, True) == 110 * 64 * 4 + 10 * 64 * 4
     assert reduce.backward_bytes(20, 10, 64, 2) == 10 * 64 * (2 + 4) + 20 * 64 * 2
 
-    # 1000 nodes: node 0 has 600 in-edges, every other node one. The 0.99 quantile of
-    # the degrees is 1, so the hub degree is MIN_HUB_DEGREE (256): one hub row.
+    # 1000 nodes: node 0 has 600 in-edges, every other node one. A structure this
+    # small takes no quantile (degree 0), so the hub degree is MIN_HUB_DEGREE (256):
+    # one hub row.
     n = 1000
     src = torch.cat([torch.arange(1, 601), torch.arange(2, n + 1) % n])
     dst = torch.cat([torch.zeros(600, dtype=torch.long), torch.arange(1, n)])
     graph = Graph.from_input(torch.stack([src, dst]), num_nodes=n)
     split = reduce.hub_split(graph, 0.99)
-    assert split == {"quantile": 0.99, "quantile_degree": 1, "threshold": 256,
+    assert split == {"quantile": 0.99, "quantile_degree": 0, "threshold": 256,
                      "max_degree": 600, "hub_rows": 1, "hub_row_share": 1 / n,
                      "hub_edges": 600, "hub_edge_share": 600 / 1599, "used": False}
     ring = Graph.from_input(torch.stack([torch.arange(n), torch.arange(1, n + 1) % n]),

@@ -508,6 +508,7 @@ def check_hub_structure(rowptr, nnz, rows_of, quantile):
 
 
 def run_hub_case(scale, reduce, width, dtype, device, index_dtype, monkeypatch):
+    monkeypatch.setattr(hubs, "SMALL_STRUCTURE_ENTRIES", 0)  # thresholds above 256 too
     edge_index, num_src, num_rows, _, rows_of, (w, w1, w2, nan_node) = hub_case(scale)
     x64, grad64, ref_out, ref_grad, bound, ref_arg = hub_reference(scale, reduce, width)
     if index_dtype == torch.int64:
@@ -624,7 +625,8 @@ def test_cuda_full_hub_list(dtype):
             assert_grad_close(grad_x, ref_grad, bound, dtype)
 
 
-def test_hub_degree():
+def test_hub_degree(monkeypatch):
+    monkeypatch.setattr(hubs, "SMALL_STRUCTURE_ENTRIES", 0)  # the quantile at every size
     rowptr = torch.tensor([0, 1, 1, 3, 303, 306, 1306])  # degrees 1 0 2 300 3 1000
     degree, max_hubs = hub_degree(rowptr, 1306, 0.5)
     assert int(degree) == 2 and max_hubs == min(3, 1306 // (MIN_HUB_DEGREE + 1))
@@ -636,8 +638,30 @@ def test_hub_degree():
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_hub_degree_of_a_small_structure(device):
+    """Up to SMALL_STRUCTURE_ENTRIES entries no quantile is computed: the
+    threshold is 0 (the kernels split above MIN_HUB_DEGREE), for at most
+    nnz // 257 rows, every quantile but 1."""
+    rowptr = torch.tensor([0, 1, 1, 3, 303, 306, 1306], device=device)  # 1 0 2 300 3 1000
+    for quantile in (0.0, 0.5):
+        degree, max_hubs = hub_degree(rowptr, 1306, quantile)
+        assert degree.device == rowptr.device and degree.dtype == torch.int64
+        assert int(degree) == 0 and max_hubs == 1306 // (MIN_HUB_DEGREE + 1) == 5
+        assert not structure_state(rowptr).hub_degrees  # nothing computed or kept
+    for quantile in (0.99, 1.0):  # no row above the quantile of 6 rows
+        assert hub_degree(rowptr, 1306, quantile) == (None, 0)
+    # Rows above 256 never outnumber the slots, whatever the quantile would
+    # bound them by: 40 rows of 300 entries and 160 of one.
+    degrees = torch.tensor([300] * 40 + [1] * 160, device=device)
+    many = torch.cat([degrees.new_zeros(1), degrees.cumsum(0)])
+    degree, max_hubs = hub_degree(many, 12160, 0.99)  # the quantile's bound: 2 rows
+    assert int(degree) == 0 and max_hubs == 12160 // (MIN_HUB_DEGREE + 1) == 47
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_hub_degree_kthvalue_equals_sort(device, monkeypatch):
     """Small structures take kthvalue, large ones a sort: the same quantile."""
+    monkeypatch.setattr(hubs, "SMALL_STRUCTURE_ENTRIES", 0)
     gen = torch.Generator().manual_seed(5)
     for num_rows in (300, 5000):
         degrees = (torch.rand(num_rows, generator=gen) ** -1.5).long().clamp(max=5000)
