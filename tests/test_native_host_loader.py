@@ -77,6 +77,17 @@ MISFITS = [("1.0.0", 5, _native_host.HOST_API_VERSION), (RUNNING, 4, _native_hos
            (RUNNING, 5, _native_host.HOST_API_VERSION - 1)]
 
 
+def test_cmake_builds_every_host_source():
+    """CMakeLists.txt's extension target lists every cuda/host/*.cpp (a
+    source left out links a module whose import fails, silently leaving
+    every call to the Python path)."""
+    root = Path(__file__).resolve().parents[1]
+    cmake = (root / "CMakeLists.txt").read_text()
+    target = re.search(r"Python_add_library\(_native_host_ext MODULE WITH_SOABI([^)]*)\)", cmake)
+    listed = sorted(target.group(1).split())
+    assert listed == sorted(f"cuda/host/{p.name}" for p in (root / "cuda/host").glob("*.cpp"))
+
+
 @pytest.mark.parametrize("torch_version, abi, host_api", MISFITS)
 def test_a_module_for_another_torch_or_abi_is_refused(loader, torch_version, abi, host_api):
     setup(loader, fake_module(torch_version, abi, host_api))

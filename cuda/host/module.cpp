@@ -1,10 +1,11 @@
 // The host extension module pyg_ioaware._native_host_ext: the native
 // library's host side in C++ where Python's costs more than the kernels
-// (see spmm_autograd.h, graph_build.h, spmm_launch.h, minmax_launch.h,
-// attention_launch.h).
+// (see spmm_autograd.h, attention_autograd.h, graph_build.h, spmm_launch.h,
+// minmax_launch.h, attention_launch.h).
 // Built against the torch it runs with.
 #include <torch/extension.h>
 
+#include "attention_autograd.h"
 #include "attention_launch.h"
 #include "graph_build.h"
 #include "minmax_launch.h"
@@ -20,7 +21,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 3;
+  m.attr("HOST_API_VERSION") = 4;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -88,6 +89,15 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.def("spmm", &spmm_autograd, "Y = A X + b with its backward in C++", py::arg("x"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
         py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
+  m.def("transformer_attention", &transformer_autograd,
+        "graph-transformer attention [out, lse] with its backward in C++", py::arg("q"),
+        py::arg("k"), py::arg("v"), py::arg("packed"), py::arg("edge"), py::arg("structure"),
+        py::arg("transposed"), py::arg("scale"), py::arg("dropout_p"), py::arg("seed"));
+  m.def("gatv2_attention", &gatv2_autograd,
+        "GATv2 attention [out, lse] with its backward in C++", py::arg("x_l"), py::arg("x_r"),
+        py::arg("x_lr"), py::arg("att"), py::arg("edge"), py::arg("out_bias"),
+        py::arg("structure"), py::arg("transposed"), py::arg("negative_slope"),
+        py::arg("dropout_p"), py::arg("seed"));
   py::class_<EdgeStatsRead>(m, "EdgeStatsRead",
                             "pygio_edge_index_stats enqueued, its values on their way")
       .def(py::init<const torch::Tensor&>())

@@ -87,6 +87,15 @@ pygio_csr csr_of(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t 
                    index_bits(rowptr.scalar_type())};
 }
 
+torch::Tensor column_sums(const torch::Tensor& grad, c10::ScalarType dtype) {
+  const bool wide = grad.scalar_type() == c10::kFloat || grad.scalar_type() == c10::kDouble;
+  if (wide && grad.numel() >= native.gemv_min_elements) {
+    return torch::mv(grad.t(), torch::ones({grad.size(0)}, grad.options())).to(dtype);
+  }
+  const auto accumulate = grad.scalar_type() == c10::kDouble ? c10::kDouble : c10::kFloat;
+  return grad.sum(0, false, accumulate).to(dtype);
+}
+
 int64_t row_stride(const torch::Tensor& t) { return t.size(0) > 1 ? t.stride(0) : t.size(1); }
 
 int64_t node_row_stride(const torch::Tensor& t) {

@@ -60,6 +60,11 @@ pygio_edges edges_of(const torch::Tensor& edge_index);
 // rowptr / col (one index dtype) as a pygio_csr of num_cols columns.
 pygio_csr csr_of(const torch::Tensor& rowptr, const torch::Tensor& col, int64_t num_cols);
 
+// ops.bias_gradient.column_sums of a 2-D grad: grad^T 1 (a GEMV) for large
+// fp32 / fp64, else a sum accumulated in fp32; in `dtype` (a bias's
+// gradient).
+torch::Tensor column_sums(const torch::Tensor& grad, c10::ScalarType dtype);
+
 // A 2-D tensor's row stride as the kernels take it: torch reports any
 // stride for a dimension of size 1, so a single row's is its width
 // (pyg_ioaware._native._row_stride's rule).

@@ -47,17 +47,6 @@ Tensor spmm(const Csr& a, int64_t num_cols, const Tensor& x, const Tensor& bias,
   return out;
 }
 
-// ops.bias_gradient.column_sums: dY^T 1 (a GEMV) for large fp32 / fp64,
-// else a sum accumulated in fp32; in dY's dtype.
-Tensor column_sums(const Tensor& grad) {
-  const bool wide = grad.scalar_type() == c10::kFloat || grad.scalar_type() == c10::kDouble;
-  if (wide && grad.numel() >= native.gemv_min_elements) {
-    return torch::mv(grad.t(), torch::ones({grad.size(0)}, grad.options()));
-  }
-  const auto accumulate = grad.scalar_type() == c10::kDouble ? c10::kDouble : c10::kFloat;
-  return grad.sum(0, false, accumulate).to(grad.scalar_type());
-}
-
 Csr csr_from_python(const py::handle& parts) {
   auto tuple = parts.cast<py::tuple>();
   return Csr{tuple[0].cast<Tensor>(), tuple[1].cast<Tensor>(), tuple[2].cast<Tensor>(),
@@ -142,7 +131,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
                                            deterministic)
                                     : spmm(a, num_x, grad, Tensor(), true, false);
     }
-    if (needs_bias && !promoting) grad_bias = column_sums(grad);
+    if (needs_bias && !promoting) grad_bias = column_sums(grad, grad.scalar_type());
     return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 

@@ -47,7 +47,8 @@ from .. import _native
 from ..graph import entry_rows
 from . import checks
 from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
-                               dropout_factor, heads_readable, kernels_take, segment_lse,
+                               dropout_factor, heads_readable, kernels_take,
+                               native_autograd_extension, native_structures, segment_lse,
                                slot_gradient, stack_slots)
 from .bias_gradient import column_sums
 from .dispatch import accumulator_dtype, eager_or_op
@@ -370,6 +371,31 @@ class GATv2Function(torch.autograd.Function):
                 grad_bias)
 
 
+def _native_autograd(graph, x_l: Optional[Tensor], x_r: Optional[Tensor],
+                     x_lr: Optional[Tensor], att: Tensor, edge: Optional[Tensor],
+                     negative_slope: float, dropout_p: float, seed: int, hub_quantile: float,
+                     out_bias: Optional[Tensor]) -> Optional[Tuple[Tensor, Tensor]]:
+    """What ``GATv2Function.apply`` gives, as one autograd node in C++
+    (cuda/host/attention_autograd.cpp) where that applies
+    (attention_shared.native_autograd_extension), else None. att and
+    out_bias go in as fp32 (differentiable casts, no-ops for fp32
+    parameters)."""
+    extension = native_autograd_extension(graph, x_l if x_lr is None else x_lr, x_lr)
+    if extension is None:
+        return None
+    if x_lr is None:
+        x_l, x_r = heads_readable(x_l), heads_readable(x_r)
+    edge = None if edge is None else edge.contiguous()
+    att32 = att.to(torch.float32).contiguous()
+    bias32 = None if out_bias is None else out_bias.to(torch.float32).contiguous()
+    structure, transposed = native_structures(graph, hub_quantile,
+                                              (x_l, x_r, x_lr, att32, edge, bias32))
+    out, lse = _native._host_call(extension.gatv2_attention, x_l, x_r, x_lr, att32, edge,
+                                  bias32, structure, transposed, float(negative_slope),
+                                  float(dropout_p), int(seed))
+    return out, lse
+
+
 def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Tensor] = None,
                 negative_slope: float = 0.2, dropout_p: float = 0.0, seed: int = 0,
                 hub_quantile: float = DEFAULT_HUB_QUANTILE,
@@ -377,12 +403,17 @@ def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Ten
     """(out, lse) of GATv2 attention over ``graph`` (rows = destinations),
     inputs already checked by the caller, ``out_bias`` [heads, channels]
     (optional) added to every row of out; differentiable in x_l, x_r, att,
-    edge and out_bias (lse is not): through ``GATv2Function`` where the
-    kernels run, else through ``gatv2_reference`` under torch's autograd."""
+    edge and out_bias (lse is not): through ``GATv2Function`` (its C++ twin
+    where the host extension serves the call) where the kernels run, else
+    through ``gatv2_reference`` under torch's autograd."""
     if differentiable_by_torch(x_l, (x_l, x_r, att, edge, out_bias)):
         out, lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
                                    dropout_p, seed, out_bias)
         return out, lse.detach()
+    native = _native_autograd(graph, x_l, x_r, None, att, edge, negative_slope, dropout_p, seed,
+                              hub_quantile, out_bias)
+    if native is not None:
+        return native
     return GATv2Function.apply(graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
                                hub_quantile, None, out_bias)
 
@@ -396,6 +427,10 @@ def graph_gatv2_packed(graph, x_lr: Tensor, att: Tensor, edge: Optional[Tensor] 
     fused lin_l / lin_r output): read in place, and its gradient written by
     the kernels as one tensor (one matrix product backward instead of two
     and their sum)."""
+    native = _native_autograd(graph, None, None, x_lr, att, edge, negative_slope, dropout_p, seed,
+                              hub_quantile, out_bias)
+    if native is not None:
+        return native
     if differentiable_by_torch(x_lr[:, 0], (x_lr, att, edge, out_bias)):
         return graph_gatv2(graph, *x_lr.unbind(1), att, edge, negative_slope, dropout_p, seed,
                            hub_quantile, out_bias)

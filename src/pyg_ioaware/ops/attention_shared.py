@@ -6,13 +6,16 @@ kernels take a tensor (and when torch's autograd differentiates the
 references instead)."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from types import ModuleType
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from .. import _native_host
 from .dispatch import native_ready
 from .dropout import keep_mask
+from .hubs import hub_degree
 
 FEATURE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # The kernels hold at most 32 channels of a head per lane: up to 1024
@@ -42,11 +45,12 @@ def dropout_factor(seed: int, nnz: int, heads: int, p: float, device,
 
 
 def kernels_take(x: Tensor) -> bool:
-    """Whether the CUDA kernels serve [nodes, heads, channels] features x
-    (else the plain-torch reference does)."""
+    """Whether the CUDA kernels serve features x [nodes, heads, channels]
+    (or a fused projection's [nodes, slots, heads, channels]; else the
+    plain-torch reference does)."""
     if not native_ready(x.device) or x.dtype == torch.float64:
         return False
-    channels = x.size(2)
+    channels = x.size(-1)
     wide = 16 // x.element_size()
     return channels <= MAX_CHANNELS or (channels % wide == 0 and
                                         channels <= MAX_ALIGNED_CHANNELS)
@@ -76,6 +80,15 @@ def heads_readable(t: Tensor) -> Tensor:
     return t.contiguous()
 
 
+def slots_readable(packed: Tensor) -> bool:
+    """Whether the kernels read every slot of ``packed`` [nodes, slots,
+    heads, channels] in place (:func:`heads_readable` of each): a
+    contiguous tensor, 16-byte aligned where heads exceed 256 channels
+    (the slots' offsets then are multiples of 16 bytes: see kernels_take)."""
+    return packed.is_contiguous() and (packed.size(3) <= MAX_CHANNELS
+                                       or packed.data_ptr() % 16 == 0)
+
+
 def slot_gradient(packed: Optional[Tensor]) -> Optional[Tensor]:
     """Where the backward kernels write the gradient of ``packed`` (a fused
     projection [nodes, slots, heads, channels] whose slots are the op's
@@ -84,7 +97,7 @@ def slot_gradient(packed: Optional[Tensor]) -> Optional[Tensor]:
     None where nothing is packed, where the kernels do not take its head
     size (the reference returns separate gradients) and under torch.compile
     (the custom ops do): :func:`stack_slots` joins those."""
-    if packed is None or torch.compiler.is_compiling() or not kernels_take(packed[:, 0]):
+    if packed is None or torch.compiler.is_compiling() or not kernels_take(packed):
         return None
     return torch.empty(packed.shape, dtype=packed.dtype, device=packed.device)
 
@@ -99,3 +112,35 @@ def stack_slots(gradient: Optional[Tensor], slot_grads: Sequence[Tensor]) -> Ten
 def check_hub_quantile(hub_quantile: float, who: str) -> None:
     if not 0.0 <= hub_quantile <= 1.0:
         raise ValueError(f"{who}: hub_quantile must lie in [0, 1], got {hub_quantile}")
+
+
+def native_autograd_extension(graph, features: Tensor,
+                              packed: Optional[Tensor]) -> Optional[ModuleType]:
+    """The host extension where an attention call over ``graph`` runs as
+    one C++ autograd node (cuda/host/attention_autograd.cpp), else None:
+    eager mode on CUDA with the extension loaded, at least one
+    destination, ``features`` (a node tensor or the fused projection
+    ``packed``) of a head size the kernels take, and ``packed`` (where
+    given) readable in place (:func:`slots_readable`)."""
+    if torch.compiler.is_compiling() or not features.is_cuda or graph.num_dst == 0 \
+            or not kernels_take(features):
+        return None
+    extension = _native_host.active()
+    if extension is None or (packed is not None and not slots_readable(packed)):
+        return None
+    return extension
+
+
+def native_structures(graph, hub_quantile: float,
+                      inputs: Sequence[Optional[Tensor]]) -> Tuple[tuple, Optional[tuple]]:
+    """What a C++ attention node runs over: (rowptr, col, hub degree, max
+    hubs) of the graph's CSR, and, where a gradient of one of ``inputs``
+    may be recorded, the same of its CSR^T with its permutation (rowptr_t,
+    col_t, perm_t, hub degree, max hubs; else None), taken here so that
+    the node's backward needs no Python."""
+    rowptr, col = graph.rowptr, graph.col
+    structure = (rowptr, col, *hub_degree(rowptr, col.numel(), hub_quantile))
+    if not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs)):
+        return structure, None
+    t = graph.transpose
+    return structure, (t.rowptr, t.col, t.perm, *hub_degree(t.rowptr, col.numel(), hub_quantile))

@@ -53,7 +53,8 @@ from .. import _native
 from ..graph import entry_rows
 from . import checks
 from .attention_shared import (FEATURE_DTYPES, check_hub_quantile, differentiable_by_torch,
-                               dropout_factor, heads_readable, kernels_take, segment_lse,
+                               dropout_factor, heads_readable, kernels_take,
+                               native_autograd_extension, native_structures, segment_lse,
                                slot_gradient, stack_slots)
 from .dispatch import accumulator_dtype, eager_or_op
 from .hubs import DEFAULT_HUB_QUANTILE, hub_degree
@@ -361,13 +362,35 @@ class TransformerFunction(torch.autograd.Function):
                 None, None, None, None, grad_packed)
 
 
+def _native_autograd(graph, q: Optional[Tensor], k: Optional[Tensor], v: Optional[Tensor],
+                     packed: Optional[Tensor], edge: Optional[Tensor], scale: float,
+                     dropout_p: float, seed: int,
+                     hub_quantile: float) -> Optional[Tuple[Tensor, Tensor]]:
+    """What ``TransformerFunction.apply`` gives, as one autograd node in C++
+    (cuda/host/attention_autograd.cpp) where that applies
+    (attention_shared.native_autograd_extension), else None."""
+    extension = native_autograd_extension(graph, q if q is not None else packed, packed)
+    if extension is None:
+        return None
+    if packed is None:
+        k, v = heads_readable(k), heads_readable(v)
+    q = None if q is None else heads_readable(q)
+    edge = _edge_readable(edge)
+    structure, transposed = native_structures(graph, hub_quantile, (q, k, v, packed, edge))
+    out, lse = _native._host_call(extension.transformer_attention, q, k, v, packed, edge,
+                                  structure, transposed, float(scale), float(dropout_p),
+                                  int(seed))
+    return out, lse
+
+
 def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Tensor] = None,
                       scale: Optional[float] = None, dropout_p: float = 0.0, seed: int = 0,
                       hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tuple[Tensor, Tensor]:
     """(out, lse) of graph-transformer attention over ``graph`` (rows =
     destinations; scale defaults to 1 / sqrt(channels)), inputs already
     checked by the caller; differentiable in q, k, v and edge (lse is not):
-    through ``TransformerFunction`` where the kernels run, else through
+    through ``TransformerFunction`` (its C++ twin where the host extension
+    serves the call) where the kernels run, else through
     ``transformer_reference`` under torch's autograd."""
     if scale is None:
         scale = q.size(2) ** -0.5
@@ -375,6 +398,9 @@ def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Ten
         out, lse = transformer_reference(graph.rowptr, graph.col, q, k, v, edge, scale,
                                          dropout_p, seed)
         return out, lse.detach()
+    native = _native_autograd(graph, q, k, v, None, edge, scale, dropout_p, seed, hub_quantile)
+    if native is not None:
+        return native
     return TransformerFunction.apply(graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile)
 
 
@@ -394,6 +420,10 @@ def graph_transformer_packed(graph, packed: Tensor, q: Optional[Tensor] = None,
                          f"{tuple(packed.shape)} with q {'given' if q is not None else 'None'}")
     if scale is None:
         scale = packed.size(3) ** -0.5
+    native = _native_autograd(graph, q, None, None, packed, edge, scale, dropout_p, seed,
+                              hub_quantile)
+    if native is not None:
+        return native
     q, k, v = _unpack(q, None, None, packed)
     if differentiable_by_torch(q, (q, packed, edge)):
         return graph_transformer(graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile)
