@@ -1,9 +1,9 @@
 // The attention family's autograd in C++: the host side of a training step
-// on a small graph. ops.transformer.TransformerFunction, a Python
-// autograd.Function, cost 0.15-0.2 ms of host time a layer a step on an H200
-// host under torch.profiler (its forward and backward bodies, saved
-// tensors, the packed gradient's slots), about a tenth of a small
-// mini-batch step with two TransformerConv layers; GATv2Function likewise.
+// on a small graph. The Python autograd.Functions (ops.transformer's
+// TransformerFunction, ops.attention's GATv2Function) cost a small
+// mini-batch step with two such layers 0.25-0.32 ms on an H200 host, a
+// tenth of the step (one-process A/B, docs/results.md): their forward and
+// backward bodies, saved tensors and the packed gradient's slots.
 //
 //   forward:  {out, lse} = pygio_transformer / pygio_gatv2 over the CSR
 //   backward: the node gradients (and att's, edge's, the output bias's) by
