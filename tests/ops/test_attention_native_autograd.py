@@ -54,6 +54,31 @@ def layer_step(conv, x, edge_index, edge_attr, grad_out, native, monkeypatch, se
     return out, grads
 
 
+def both_paths(conv, in_channels, out_width, edge_dim, dtype, seed, monkeypatch):
+    """layer_step's (out, gradients) with the C++ node and with the Python
+    Function, under ``dtype`` autocast, on a new graph of 6000 edges (900
+    sources; 900 destinations, or 400 where ``in_channels`` is a pair) with
+    a destination hub of 2000 entries and a source hub of 700, inputs of
+    ``in_channels`` and, with ``edge_dim``, edge attributes."""
+    torch.manual_seed(0)
+    bipartite = isinstance(in_channels, tuple)
+    num_src, num_dst = (900, 400) if bipartite else (900, 900)
+    edge_index = random_graph(num_src, num_dst, 6000, seed=seed, hub_degree=2000).cuda()
+    edge_index[0, :700] = 5  # a source hub: a long CSR^T row
+    x = ((torch.randn(num_src, in_channels[0], device="cuda"),
+          torch.randn(num_dst, in_channels[1], device="cuda"))
+         if bipartite else torch.randn(num_src, in_channels, device="cuda"))
+    edge_attr = (torch.randn(edge_index.size(1), edge_dim, device="cuda")
+                 if edge_dim else None)
+    grad_out = torch.randn(num_dst, out_width, device="cuda")
+    results = {}
+    for native in (True, False):
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            results[native] = layer_step(conv, x, edge_index.clone(), edge_attr, grad_out,
+                                         native, monkeypatch)
+    return results[True], results[False]
+
+
 def assert_same_step(native, python, dtype, bitwise_forward=True):
     """The same output (bitwise where nothing before the attention adds in
     a varying order) and gradients: relative to each gradient's norm, or to
@@ -75,35 +100,27 @@ def test_layer_matches_the_python_function(calls, monkeypatch, dtype, heads, cha
                                            edge_dim, bipartite):
     """A new graph every call, hubs in the CSR and its CSR^T, degree-0 nodes,
     self loops and duplicates; packed q, k, v (square) or k, v (bipartite)."""
-    torch.manual_seed(0)
-    num_src, num_dst = (900, 400) if bipartite else (900, 900)
-    edge_index = random_graph(num_src, num_dst, 6000, seed=3, hub_degree=2000).cuda()
-    edge_index[0, :700] = 5  # a source hub: a long CSR^T row
     in_channels = (24, 16) if bipartite else 24
     conv = TransformerConv(in_channels, channels, heads=heads, edge_dim=edge_dim).cuda()
-    x = ((torch.randn(num_src, 24, device="cuda"), torch.randn(num_dst, 16, device="cuda"))
-         if bipartite else torch.randn(num_src, 24, device="cuda"))
-    edge_attr = (torch.randn(edge_index.size(1), edge_dim, device="cuda")
-                 if edge_dim else None)
-    grad_out = torch.randn(num_dst, heads * channels, device="cuda")
-    results = {}
-    for native in (False, True):
-        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
-            results[native] = layer_step(conv, x, edge_index.clone(), edge_attr, grad_out,
-                                         native, monkeypatch)
+    native, python = both_paths(conv, in_channels, heads * channels, edge_dim, dtype, seed=3,
+                                monkeypatch=monkeypatch)
     assert calls["transformer"] == 1
-    assert_same_step(results[True], results[False], dtype)
+    assert_same_step(native, python, dtype)
 
 
-def test_dropout_matches_the_python_function(calls, monkeypatch):
+LAYERS = [(TransformerConv, "transformer"), (GATv2Conv, "gatv2")]
+
+
+@pytest.mark.parametrize("layer,node", LAYERS)
+def test_dropout_matches_the_python_function(calls, monkeypatch, layer, node):
     """The same seed drops the same weights in forward and backward."""
     edge_index = random_graph(300, 300, 3000, seed=7, hub_degree=600).cuda()
-    conv = TransformerConv(16, 8, heads=2, dropout=0.3).cuda().train()
+    conv = layer(16, 8, heads=2, dropout=0.3).cuda().train()
     x = torch.randn(300, 16, device="cuda")
     grad_out = torch.randn(300, 16, device="cuda")
     python = layer_step(conv, x, edge_index, None, grad_out, False, monkeypatch, seed=4)
     native = layer_step(conv, x, edge_index, None, grad_out, True, monkeypatch, seed=4)
-    assert calls["transformer"] == 1
+    assert calls[node] == 1
     assert_same_step(native, python, torch.float32)
 
 
@@ -147,13 +164,14 @@ def test_no_transpose_without_a_gradient(calls):
     assert graph.state.transpose is not None
 
 
-def test_double_backward_raises_as_python(calls, monkeypatch):
+@pytest.mark.parametrize("layer,node", LAYERS)
+def test_double_backward_raises_as_python(calls, monkeypatch, layer, node):
     """create_graph=True gives first gradients; a backward through them into
     every leaf raises on both paths (the attention is once differentiable;
     a gradient taken only for inputs the error node does not lead to is
     never asked of it, on both paths alike)."""
     edge_index = random_graph(120, 120, 900, seed=13).cuda()
-    conv = TransformerConv(8, 4, heads=2).cuda()
+    conv = layer(8, 4, heads=2).cuda()
     x = torch.randn(120, 8, device="cuda")
     grad_out = torch.randn(120, 8, device="cuda", requires_grad=True)
     for native in (False, True):
@@ -163,7 +181,7 @@ def test_double_backward_raises_as_python(calls, monkeypatch):
                                       create_graph=True)
         with pytest.raises(RuntimeError, match="differentiate twice"):
             grad_x.square().sum().backward()  # into every leaf: through the error node
-    assert calls["transformer"] == 1
+    assert calls[node] == 1
 
 
 def test_cases_left_to_python(calls, monkeypatch):
@@ -188,48 +206,12 @@ def test_gatv2_layer_matches_the_python_function(calls, monkeypatch, dtype, head
     """GATv2Conv as the transformer above: packed x_l / x_r (square) or
     separate (bipartite, shared weights), the output bias folded into the
     kernels (fp32) or added after (16-bit), hubs, edge features."""
-    torch.manual_seed(0)
-    num_src, num_dst = (900, 400) if bipartite else (900, 900)
-    edge_index = random_graph(num_src, num_dst, 6000, seed=5, hub_degree=2000).cuda()
-    edge_index[0, :700] = 5  # a source hub: a long CSR^T row
     in_channels = (24, 24 if share_weights else 16) if bipartite else 24
     conv = GATv2Conv(in_channels, channels, heads=heads, edge_dim=edge_dim,
                      add_self_loops=not bipartite, share_weights=share_weights).cuda()
     torch.nn.init.normal_(conv.bias)
-    x = ((torch.randn(num_src, 24, device="cuda"),
-          torch.randn(num_dst, in_channels[1], device="cuda"))
-         if bipartite else torch.randn(num_src, 24, device="cuda"))
-    edge_attr = (torch.randn(edge_index.size(1), edge_dim, device="cuda")
-                 if edge_dim else None)
-    grad_out = torch.randn(num_dst, heads * channels, device="cuda")
-    results = {}
-    for native in (False, True):
-        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
-            results[native] = layer_step(conv, x, edge_index.clone(), edge_attr, grad_out,
-                                         native, monkeypatch)
+    native, python = both_paths(conv, in_channels, heads * channels, edge_dim, dtype, seed=5,
+                                monkeypatch=monkeypatch)
     assert calls["gatv2"] == 1
     # The self loops' edge attributes (fill_value "mean") are sums in any order.
-    assert_same_step(results[True], results[False], dtype,
-                     bitwise_forward=edge_dim is None or bipartite)
-
-
-def test_gatv2_dropout_and_double_backward(calls, monkeypatch):
-    """GATv2Conv's dropout drops the same weights on both paths, and a
-    second differentiation raises on both."""
-    edge_index = random_graph(300, 300, 3000, seed=8, hub_degree=600).cuda()
-    conv = GATv2Conv(16, 8, heads=2, dropout=0.3).cuda().train()
-    x = torch.randn(300, 16, device="cuda")
-    grad_out = torch.randn(300, 16, device="cuda")
-    python = layer_step(conv, x, edge_index, None, grad_out, False, monkeypatch, seed=4)
-    native = layer_step(conv, x, edge_index, None, grad_out, True, monkeypatch, seed=4)
-    assert calls["gatv2"] == 1
-    assert_same_step(native, python, torch.float32)
-    grad_out.requires_grad_()
-    for native in (False, True):
-        monkeypatch.setattr(config, "native_host", native)
-        xx = x.clone().requires_grad_()
-        grad_x, = torch.autograd.grad(conv(xx, edge_index.clone()), xx, grad_out,
-                                      create_graph=True)
-        with pytest.raises(RuntimeError, match="differentiate twice"):
-            grad_x.square().sum().backward()  # into every leaf: through the error node
-    assert calls["gatv2"] == 2
+    assert_same_step(native, python, dtype, bitwise_forward=edge_dim is None or bipartite)
