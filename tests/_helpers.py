@@ -205,3 +205,26 @@ def count_syncs(fn):
         torch.cuda.Event.synchronize = wait_for_event
         torch.cuda.set_sync_debug_mode("default")
     return sum("synchroniz" in str(w.message) for w in caught) + len(event_waits)
+
+
+def host_extension_calls(monkeypatch, names) -> dict:
+    """Counts of calls of the host extension's functions ``names`` (each
+    wrapped for the test); skips where the extension is not built for this
+    torch, and fails where $PYG_IOAWARE_HOST_LIB names one that does not
+    load."""
+    from pyg_ioaware import _native_host
+    if os.environ.get(_native_host.ENV_MODULE_PATH):
+        assert _native_host.extension() is not None
+    module = _native_host.extension()
+    if module is None:
+        pytest.skip("the C++ host extension is not built for this torch")
+    count = dict.fromkeys(names, 0)
+    for name in names:
+        function = getattr(module, name)
+
+        def counted(*args, _name=name, _function=function, **kwargs):
+            count[_name] += 1
+            return _function(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    return count

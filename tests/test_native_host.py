@@ -1,13 +1,11 @@
 """A new graph's native launches from C++ (the host extension, cuda/host)
 against the same launches through ctypes: the same statistics, CSR and
 edge values, bitwise, and the same errors (CUDA)."""
-import os
-
 import pytest
 import torch
 
-from _helpers import random_graph
-from pyg_ioaware import Graph, _native_host, config
+from _helpers import host_extension_calls, random_graph
+from pyg_ioaware import Graph, config
 from pyg_ioaware.ops.normalize import normalized_values
 
 pytestmark = pytest.mark.cuda
@@ -19,23 +17,8 @@ LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "csr_from_grouped", "csr_add_se
 
 @pytest.fixture
 def calls(monkeypatch):
-    """Counts of the extension's graph launches; skips where it is not built
-    for this torch (fails where $PYG_IOAWARE_HOST_LIB names one)."""
-    if os.environ.get(_native_host.ENV_MODULE_PATH):
-        assert _native_host.extension() is not None
-    module = _native_host.extension()
-    if module is None:
-        pytest.skip("the C++ host extension is not built for this torch")
-    count = dict.fromkeys(LAUNCHES, 0)
-    for name in LAUNCHES:
-        function = getattr(module, name)
-
-        def counted(*args, _name=name, _function=function):
-            count[_name] += 1
-            return _function(*args)
-
-        monkeypatch.setattr(module, name, counted)
-    return count
+    """Counts of the extension's graph launches (skips where it is not built)."""
+    return host_extension_calls(monkeypatch, LAUNCHES)
 
 
 def build(edge_index, num_nodes, host, monkeypatch):

@@ -7,14 +7,11 @@ edge features, the folded output bias, shared weights, dropout) and the op
 (separate q, k, v, one of them a view the kernels cannot read in place), no
 CSR^T where nothing records a gradient, a double backward that raises as
 once_differentiable's, and the cases it leaves to Python."""
-import os
-
 import pytest
 import torch
 
-from _helpers import random_graph, relative_error
+from _helpers import host_extension_calls, random_graph, relative_error
 from pyg_ioaware import Graph, config
-from pyg_ioaware import _native_host
 from pyg_ioaware.nn import GATv2Conv, TransformerConv
 from pyg_ioaware.ops.transformer import graph_transformer
 
@@ -23,23 +20,9 @@ pytestmark = pytest.mark.cuda
 
 @pytest.fixture
 def calls(monkeypatch):
-    """How many times the C++ node ran; skips where the extension is not
-    built for this torch (fails where $PYG_IOAWARE_HOST_LIB names one)."""
-    if os.environ.get(_native_host.ENV_MODULE_PATH):
-        assert _native_host.extension() is not None
-    extension = _native_host.extension()
-    if extension is None:
-        pytest.skip("the C++ autograd extension is not built for this torch")
-    count = {"transformer": 0, "gatv2": 0}
-    for name in count:
-        original = getattr(extension, f"{name}_attention")
-
-        def counted(*args, _name=name, _original=original, **kwargs):
-            count[_name] += 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(extension, f"{name}_attention", counted)
-    return count
+    """How many times each C++ node ran (skips where the extension is not built)."""
+    return {name.split("_")[0]: count for name, count in host_extension_calls(
+        monkeypatch, ("transformer_attention", "gatv2_attention")).items()}
 
 
 def layer_step(conv, x, edge_index, edge_attr, grad_out, native, monkeypatch, seed=0):

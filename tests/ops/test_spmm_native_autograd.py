@@ -2,44 +2,20 @@
 against the Python autograd.Function it stands in for: the same outputs
 and gradients (bitwise where no atomics add in another order), the same
 lazy CSR^T rule, a double backward, and the cases it leaves to Python."""
-import os
-
 import pytest
 import torch
 
-from _helpers import random_graph, relative_error
+from _helpers import host_extension_calls, random_graph, relative_error
 from pyg_ioaware import Graph, config, ops
-from pyg_ioaware import _native_host
 from pyg_ioaware.nn import GCNConv
 
 pytestmark = pytest.mark.cuda
 
 
 @pytest.fixture
-def extension():
-    """The loaded extension, with its spmm counting calls; skips where it is
-    not built for this torch (fails where $PYG_IOAWARE_HOST_LIB names
-    one: then it must load)."""
-    if os.environ.get(_native_host.ENV_MODULE_PATH):
-        assert _native_host.extension() is not None
-    module = _native_host.extension()
-    if module is None:
-        pytest.skip("the C++ autograd extension is not built for this torch")
-    return module
-
-
-@pytest.fixture
-def calls(extension, monkeypatch):
-    """How many times the C++ SpMM ran."""
-    count = {"spmm": 0}
-    spmm = extension.spmm
-
-    def counted(*args, **kwargs):
-        count["spmm"] += 1
-        return spmm(*args, **kwargs)
-
-    monkeypatch.setattr(extension, "spmm", counted)
-    return count
+def calls(monkeypatch):
+    """How many times the C++ SpMM ran (skips where the extension is not built)."""
+    return host_extension_calls(monkeypatch, ("spmm",))
 
 
 def gcn_step(edge_index, x, conv, grad_out, native, monkeypatch, create_graph=False):
