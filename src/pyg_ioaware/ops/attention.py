@@ -132,7 +132,8 @@ def _check_forward(rowptr, col, x_l, x_r, att, edge, negative_slope, dropout_p,
 
 
 def _kernel_inputs(x_l, x_r, edge, att):
-    """x_l, x_r, edge and att laid out as the kernels read them (att fp32)."""
+    """x_l, x_r (None where a packed projection holds them), edge and att
+    laid out as the kernels read them (att fp32)."""
     return (heads_readable(x_l), heads_readable(x_r),
             None if edge is None else edge.contiguous(), att.to(torch.float32).contiguous())
 
@@ -383,10 +384,7 @@ def _native_autograd(graph, x_l: Optional[Tensor], x_r: Optional[Tensor],
     extension = native_autograd_extension(graph, x_l if x_lr is None else x_lr, x_lr)
     if extension is None:
         return None
-    if x_lr is None:
-        x_l, x_r = heads_readable(x_l), heads_readable(x_r)
-    edge = None if edge is None else edge.contiguous()
-    att32 = att.to(torch.float32).contiguous()
+    x_l, x_r, edge, att32 = _kernel_inputs(x_l, x_r, edge, att)
     bias32 = None if out_bias is None else out_bias.to(torch.float32).contiguous()
     structure, transposed = native_structures(graph, hub_quantile,
                                               (x_l, x_r, x_lr, att32, edge, bias32))
@@ -406,14 +404,14 @@ def graph_gatv2(graph, x_l: Tensor, x_r: Tensor, att: Tensor, edge: Optional[Ten
     edge and out_bias (lse is not): through ``GATv2Function`` (its C++ twin
     where the host extension serves the call) where the kernels run, else
     through ``gatv2_reference`` under torch's autograd."""
-    if differentiable_by_torch(x_l, (x_l, x_r, att, edge, out_bias)):
-        out, lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
-                                   dropout_p, seed, out_bias)
-        return out, lse.detach()
     native = _native_autograd(graph, x_l, x_r, None, att, edge, negative_slope, dropout_p, seed,
                               hub_quantile, out_bias)
     if native is not None:
         return native
+    if differentiable_by_torch(x_l, (x_l, x_r, att, edge, out_bias)):
+        out, lse = gatv2_reference(graph.rowptr, graph.col, x_l, x_r, att, edge, negative_slope,
+                                   dropout_p, seed, out_bias)
+        return out, lse.detach()
     return GATv2Function.apply(graph, x_l, x_r, att, edge, negative_slope, dropout_p, seed,
                                hub_quantile, None, out_bias)
 

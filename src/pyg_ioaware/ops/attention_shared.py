@@ -68,12 +68,15 @@ def differentiable_by_torch(features: Tensor, inputs: Sequence[Optional[Tensor]]
             and not kernels_take(features))
 
 
-def heads_readable(t: Tensor) -> Tensor:
+def heads_readable(t: Optional[Tensor]) -> Optional[Tensor]:
     """t [nodes, heads, channels] itself where the kernels can read it in
     place (channels contiguous, heads adjacent, any node row stride: views
     of a fused projection), else a contiguous copy; also copied where the
     channel rows are not 16-byte aligned (what the kernels need for heads
-    above 256 channels)."""
+    above 256 channels). None stays None (an input a packed projection
+    holds)."""
+    if t is None:
+        return None
     if t.stride(2) == 1 and (t.size(1) == 1 or t.stride(1) == t.size(2)) \
             and (t.size(2) <= MAX_CHANNELS or t.data_ptr() % 16 == 0):
         return t

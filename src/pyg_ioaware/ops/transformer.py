@@ -372,10 +372,7 @@ def _native_autograd(graph, q: Optional[Tensor], k: Optional[Tensor], v: Optiona
     extension = native_autograd_extension(graph, q if q is not None else packed, packed)
     if extension is None:
         return None
-    if packed is None:
-        k, v = heads_readable(k), heads_readable(v)
-    q = None if q is None else heads_readable(q)
-    edge = _edge_readable(edge)
+    q, k, v, edge = heads_readable(q), heads_readable(k), heads_readable(v), _edge_readable(edge)
     structure, transposed = native_structures(graph, hub_quantile, (q, k, v, packed, edge))
     out, lse = _native._host_call(extension.transformer_attention, q, k, v, packed, edge,
                                   structure, transposed, float(scale), float(dropout_p),
@@ -394,13 +391,13 @@ def graph_transformer(graph, q: Tensor, k: Tensor, v: Tensor, edge: Optional[Ten
     ``transformer_reference`` under torch's autograd."""
     if scale is None:
         scale = q.size(2) ** -0.5
+    native = _native_autograd(graph, q, k, v, None, edge, scale, dropout_p, seed, hub_quantile)
+    if native is not None:
+        return native
     if differentiable_by_torch(q, (q, k, v, edge)):
         out, lse = transformer_reference(graph.rowptr, graph.col, q, k, v, edge, scale,
                                          dropout_p, seed)
         return out, lse.detach()
-    native = _native_autograd(graph, q, k, v, None, edge, scale, dropout_p, seed, hub_quantile)
-    if native is not None:
-        return native
     return TransformerFunction.apply(graph, q, k, v, edge, scale, dropout_p, seed, hub_quantile)
 
 
