@@ -78,8 +78,8 @@ int launch_forward(const P& p, const GatShape& shape, cudaStream_t stream) {
       <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, hubs);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   if (slots == 0) return PYGIO_OK;
-  PYGIO_TRY(resident_grid(max_chunks(p) * p.heads, Traits::kWarpsPerBlock,
-                          Traits::kThreadsPerBlock, p.device, &grid));
+  PYGIO_TRY(resident_grid(max_chunks(p) * p.heads, 1, Traits::kThreadsPerBlock, p.device,
+                          &grid));  // for_each_hub_chunk's grid
   attention_hub_chunks_kernel<Family, Traits, P>
       <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, hubs);
   PYGIO_CHECK_CUDA(cudaGetLastError());

@@ -73,8 +73,8 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   if (layout.slots_a > 0) {
-    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_a) * shape.passes(),
-                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_a) * shape.passes(), 1,
+                            kThreads, p.device, &grid));  // for_each_hub_chunk's grid
     gatv2_backward_hub_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
     PYGIO_CHECK_CUDA(cudaGetLastError());
     PYGIO_TRY(resident_grid(layout.slots_a, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
@@ -90,8 +90,8 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   if (layout.slots_t > 0) {
-    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_t) * shape.passes(),
-                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_t) * shape.passes(), 1,
+                            kThreads, p.device, &grid));  // for_each_hub_chunk's grid
     gatv2_backward_hub_sources_kernel<Traits>
         <<<grid, kThreads, shared_bytes, stream>>>(p, shape, hubs_t, g, shared_att);
     PYGIO_CHECK_CUDA(cudaGetLastError());

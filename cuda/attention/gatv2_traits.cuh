@@ -143,11 +143,17 @@ __device__ __forceinline__ PassHead pass_head(const GatShape& s, int lane, int64
   return PassHead{h < s.heads ? h : s.heads - 1, h < s.heads};
 }
 
-// Calls work(chunk, slot, head, begin, end) for every (registered hub chunk,
-// pass of heads) of `list` over the rows of `rowptr`: a warp per item
-// (grid-stride), entries [begin, end) of the hub in `slot`, `head` the
-// caller's head of the pass. Chunks counted for rows a full list refused
-// are empty and skipped. Every lane of the warp makes the same calls.
+// Calls work(chunk, slot, head, begin, end, by_block) for every (registered
+// hub chunk, pass of heads) of `list` over the rows of `rowptr`: `head` the
+// caller's head of the pass, [begin, end) entries of the hub in `slot`. A
+// warp per item (grid-stride; by_block false), or, where that would leave
+// more than half the grid's warps idle (few hubs: arxiv-like's 933 hub rows
+// hold 30% of its entries, a dozen warps an SM walking 256 entries each), a
+// block per item (by_block true): each warp takes an equal part of the
+// chunk's entries (some none) and every warp of the block makes the same
+// calls, so work may synchronize the block. Chunks counted for rows a full
+// list refused are empty and skipped. Every lane of a warp makes the same
+// calls. The grid: a block per item at most.
 template <int kWarpsPerBlock, typename index_t, typename Work>
 __device__ __forceinline__ void for_each_hub_chunk(const HubList& list,
                                                    const index_t* __restrict__ rowptr,
@@ -155,15 +161,22 @@ __device__ __forceinline__ void for_each_hub_chunk(const HubList& list,
   const int64_t num_hubs = hub_count(list);
   if (num_hubs == 0) return;
   const int64_t items = hub_chunk_count(list) * s.passes();
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
-       item < items; item += warps) {
+  const int warp = threadIdx.x / kWarpSize;
+  const bool by_block = items * 2 <= static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  const int parts = by_block ? kWarpsPerBlock : 1, part = by_block ? warp : 0;
+  const int64_t first_item =
+      by_block ? blockIdx.x : static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  const int64_t stride = by_block ? gridDim.x : static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  for (int64_t item = first_item; item < items; item += stride) {
     const int64_t chunk = item / s.passes();
     const PassHead head = pass_head(s, lane, (item % s.passes()) << s.head_shift);
     int64_t begin, end;
     const int64_t slot =
         hub_chunk_range(list, num_hubs, rowptr, chunk, kGatHubChunk, &begin, &end);
-    if (begin < end) work(chunk, slot, head, begin, end);
+    if (begin == end) continue;  // the same for every warp of the item
+    const int64_t size = (end - begin + parts - 1) / parts;
+    const int64_t first = begin + part * size < end ? begin + part * size : end;
+    work(chunk, slot, head, first, first + size < end ? first + size : end, by_block);
   }
 }
 

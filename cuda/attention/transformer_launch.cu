@@ -125,8 +125,8 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   if (layout.slots_a > 0) {
-    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_a) * shape.passes(),
-                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_a) * shape.passes(), 1,
+                            kThreads, p.device, &grid));  // for_each_hub_chunk's grid
     transformer_backward_hub_rows_kernel<Traits>
         <<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, delta);
     PYGIO_CHECK_CUDA(cudaGetLastError());
@@ -145,8 +145,8 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
   if (layout.slots_t > 0) {
-    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_t) * shape.passes(),
-                            Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_t) * shape.passes(), 1,
+                            kThreads, p.device, &grid));  // for_each_hub_chunk's grid
     transformer_backward_hub_sources_kernel<Traits>
         <<<grid, kThreads, 0, stream>>>(p, shape, hubs_t, delta);
     PYGIO_CHECK_CUDA(cudaGetLastError());

@@ -301,10 +301,12 @@ def test_cuda_index_widths_bipartite_and_dropout(index_dtype):
 def test_cuda_hubs_of_destinations_and_sources(dtype):
     """Several destination hubs (rows of the CSR split in forward and in the
     destination pass of backward) and source hubs (rows of the CSR^T split in
-    the source pass), edge features and dropout."""
+    the source pass), edge features and dropout. Row 12's last forward chunk
+    holds 2 entries: most warps of its block get none."""
     gen = torch.Generator().manual_seed(21)
     base = random_graph(800, 800, 3000, seed=21)
-    dst_hubs = torch.cat([torch.full((d,), h) for h, d in ((3, 3000), (5, 700), (8, 300))])
+    dst_hubs = torch.cat([torch.full((d,), h)
+                          for h, d in ((3, 3000), (5, 700), (8, 300), (12, 258))])
     src_hubs = torch.cat([torch.full((d,), h) for h, d in ((4, 2600), (9, 400))])
     edge_index = torch.cat([base,
                             torch.stack([torch.randint(0, 800, dst_hubs.shape, generator=gen),
