@@ -10,7 +10,8 @@
 //    passes; a row above the hub threshold is only registered;
 //  - attention_hub_chunks_kernel: a warp (for few hubs, a block) per
 //    (kGatHubChunk-entry chunk of a hub, pass of heads): the chunk's
-//    softmax states (m, l, acc) into the workspace;
+//    softmax states (m, l, acc) into the workspace (launched in both
+//    forms, one returning at once);
 //  - attention_hub_finish_kernel: a warp per (hub, head) merges its chunks'
 //    states (log-sum-exp) into out and lse;
 //  - attention_alpha_kernel: a warp per kGatAlphaChunk entries.
@@ -133,52 +134,50 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Family::template min
   });
 }
 
-// The softmax states of a block's warps in shared memory, lane by lane
-// (every warp lays out heads and channels alike).
+// Warp 0's softmax state becomes the merge of the block's W warps' states,
+// lane by lane through shared memory (every warp lays out heads and
+// channels alike). Every thread of the block must call it.
 template <int W, int E>
-struct WarpStates {
-  float m[W][kWarpSize], l[W][kWarpSize], acc[W][E][kWarpSize];
-
-  // Warp 0's state becomes the merge of all W warps' states; every thread
-  // of the block must call it.
-  __device__ __forceinline__ void merge_into_warp0(SoftmaxState<E>& state, int warp, int lane) {
-    m[warp][lane] = state.m;
-    l[warp][lane] = state.l;
+__device__ __forceinline__ void merge_block_states(SoftmaxState<E>& state, int warp, int lane) {
+  __shared__ float m[W][kWarpSize], l[W][kWarpSize], acc[W][E][kWarpSize];
+  m[warp][lane] = state.m;
+  l[warp][lane] = state.l;
 #pragma unroll
-    for (int k = 0; k < E; ++k) acc[warp][k][lane] = state.acc[k];
-    __syncthreads();
-    if (warp == 0) {
-      for (int w = 1; w < W; ++w) {
-        float acc_w[E];
+  for (int k = 0; k < E; ++k) acc[warp][k][lane] = state.acc[k];
+  __syncthreads();
+  if (warp == 0) {
+    for (int w = 1; w < W; ++w) {
+      float acc_w[E];
 #pragma unroll
-        for (int k = 0; k < E; ++k) acc_w[k] = acc[w][k][lane];
-        state.merge(m[w][lane], l[w][lane], acc_w);
-      }
+      for (int k = 0; k < E; ++k) acc_w[k] = acc[w][k][lane];
+      state.merge(m[w][lane], l[w][lane], acc_w);
     }
-    __syncthreads();  // read before the next call writes
   }
-};
+  __syncthreads();  // read before the next call writes
+}
 
 // The softmax state (m, l, acc) of each (hub chunk, head) into the
-// workspace (state = chunk * heads + head): for_each_hub_chunk's warp per
-// (chunk, pass of heads), or block per item whose warps' states are merged
-// in shared memory (H200, arxiv-like, (2, 64) fp32: 0.495 -> 0.449 ms; a
-// block per item everywhere was 5% slower on web-like).
-template <typename Family, typename Traits, typename P>
+// workspace (state = chunk * heads + head), items as for_each_hub_chunk
+// hands them out: launched twice, kByBlock false (a warp per item) and
+// true (a block per item, its warps' states merged in shared memory), the
+// launch that does not match hub_items_by_block returning at once (so the
+// warp-per-item kernel keeps its registers and no shared memory). H200,
+// arxiv-like, (2, 64) fp32: 0.495 -> 0.451 ms; a block per item everywhere
+// was 5% slower on web-like.
+template <typename Family, typename Traits, typename P, bool kByBlock>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Family::template min_blocks<Traits>())
     attention_hub_chunks_kernel(const __grid_constant__ P p, GatShape s, GatHubs hubs) {
   using index_t = typename Traits::index_t;
   constexpr int E = Traits::kElems;
-  __shared__ WarpStates<Traits::kWarpsPerBlock, E> shared;
+  if (hub_items_by_block<Traits::kWarpsPerBlock>(hubs.list, s) != kByBlock) return;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   for_each_hub_chunk<Traits::kWarpsPerBlock>(
-      hubs.list, static_cast<const index_t*>(p.a.rowptr), s, lane,
-      [&](int64_t chunk, int64_t slot, const PassHead& head, int64_t begin, int64_t end,
-          bool by_block) {
+      hubs.list, static_cast<const index_t*>(p.a.rowptr), s, lane, kByBlock,
+      [&](int64_t chunk, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
         SoftmaxState<E> state =
             attend<Family, Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, begin, end);
-        if (by_block) {
-          shared.merge_into_warp0(state, warp, lane);
+        if constexpr (kByBlock) {
+          merge_block_states<Traits::kWarpsPerBlock>(state, warp, lane);
           if (warp != 0) return;
         }
         if (!head.active || s.slot(lane) != 0) return;

@@ -79,8 +79,11 @@ int launch_forward(const P& p, const GatShape& shape, cudaStream_t stream) {
   PYGIO_CHECK_CUDA(cudaGetLastError());
   if (slots == 0) return PYGIO_OK;
   PYGIO_TRY(resident_grid(max_chunks(p) * p.heads, 1, Traits::kThreadsPerBlock, p.device,
-                          &grid));  // for_each_hub_chunk's grid
-  attention_hub_chunks_kernel<Family, Traits, P>
+                          &grid));  // for_each_hub_chunk's grid, the same for both forms
+  attention_hub_chunks_kernel<Family, Traits, P, false>
+      <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, hubs);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  attention_hub_chunks_kernel<Family, Traits, P, true>
       <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, hubs);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   PYGIO_TRY(resident_grid(slots * p.heads, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,

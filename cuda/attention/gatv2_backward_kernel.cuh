@@ -253,7 +253,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
   const int lane = threadIdx.x % kWarpSize;
   for_each_hub_chunk<Traits::kWarpsPerBlock>(
       hubs.list, static_cast<const index_t*>(p.a.rowptr), s, lane,
-      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end, bool) {
+      hub_items_by_block<Traits::kWarpsPerBlock>(hubs.list, s),
+      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
         const int64_t row = hubs.list.hubs[slot].row;
         const DestinationSums<Traits> sums =
             destination_sums<Traits>(p, s, lane, row, head.h, begin, end);
@@ -330,7 +331,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
   const int lane = threadIdx.x % kWarpSize;
   for_each_hub_chunk<Traits::kWarpsPerBlock>(
       hubs.list, static_cast<const index_t*>(p.a_t.rowptr), s, lane,
-      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end, bool) {
+      hub_items_by_block<Traits::kWarpsPerBlock>(hubs.list, s),
+      [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
         float dxl[E], datt[E];
         source_grads<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin,
                              end, g, dxl, datt);

@@ -143,26 +143,35 @@ __device__ __forceinline__ PassHead pass_head(const GatShape& s, int lane, int64
   return PassHead{h < s.heads ? h : s.heads - 1, h < s.heads};
 }
 
-// Calls work(chunk, slot, head, begin, end, by_block) for every (registered
-// hub chunk, pass of heads) of `list` over the rows of `rowptr`: `head` the
-// caller's head of the pass, [begin, end) entries of the hub in `slot`. A
-// warp per item (grid-stride; by_block false), or, where that would leave
-// more than half the grid's warps idle (few hubs: arxiv-like's 933 hub rows
-// hold 30% of its entries, a dozen warps an SM walking 256 entries each), a
-// block per item (by_block true): each warp takes an equal part of the
-// chunk's entries (some none) and every warp of the block makes the same
-// calls, so work may synchronize the block. Chunks counted for rows a full
-// list refused are empty and skipped. Every lane of a warp makes the same
-// calls. The grid: a block per item at most.
+// Whether for_each_hub_chunk gives its items to blocks: where a warp per
+// item would leave more than half the grid's warps idle (few hubs:
+// arxiv-like's 933 hub rows hold 30% of its entries, a dozen warps an SM
+// walking 256 entries each). The same answer in every block of a launch
+// once the registering kernel has finished.
+template <int kWarpsPerBlock>
+__device__ __forceinline__ bool hub_items_by_block(const HubList& list, const GatShape& s) {
+  return hub_chunk_count(list) * s.passes() * 2 <=
+         static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+}
+
+// Calls work(chunk, slot, head, begin, end) for every (registered hub chunk,
+// pass of heads) of `list` over the rows of `rowptr`: `head` the caller's
+// head of the pass, [begin, end) entries of the hub in `slot`. A warp per
+// item (grid-stride), or with by_block (hub_items_by_block) a block per
+// item, each warp taking an equal part of the chunk's entries (some none)
+// and every warp of the block making the same calls, so work may
+// synchronize the block. Chunks counted for rows a full list refused are
+// empty and skipped. Every lane of a warp makes the same calls. The grid:
+// a block per item at most.
 template <int kWarpsPerBlock, typename index_t, typename Work>
 __device__ __forceinline__ void for_each_hub_chunk(const HubList& list,
                                                    const index_t* __restrict__ rowptr,
-                                                   const GatShape& s, int lane, Work work) {
+                                                   const GatShape& s, int lane, bool by_block,
+                                                   Work work) {
   const int64_t num_hubs = hub_count(list);
   if (num_hubs == 0) return;
   const int64_t items = hub_chunk_count(list) * s.passes();
   const int warp = threadIdx.x / kWarpSize;
-  const bool by_block = items * 2 <= static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int parts = by_block ? kWarpsPerBlock : 1, part = by_block ? warp : 0;
   const int64_t first_item =
       by_block ? blockIdx.x : static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
@@ -176,7 +185,7 @@ __device__ __forceinline__ void for_each_hub_chunk(const HubList& list,
     if (begin == end) continue;  // the same for every warp of the item
     const int64_t size = (end - begin + parts - 1) / parts;
     const int64_t first = begin + part * size < end ? begin + part * size : end;
-    work(chunk, slot, head, first, first + size < end ? first + size : end, by_block);
+    work(chunk, slot, head, first, first + size < end ? first + size : end);
   }
 }
 
