@@ -162,7 +162,7 @@ __device__ __forceinline__ void merge_block_states(SoftmaxState<E>& state, int w
 // true (a block per item, its warps' states merged in shared memory), the
 // launch that does not match hub_items_by_block returning at once (so the
 // warp-per-item kernel keeps its registers and no shared memory). H200,
-// arxiv-like, (2, 64) fp32: 0.495 -> 0.451 ms; a block per item everywhere
+// arxiv-like, (2, 64) fp32: 0.501 -> 0.457 ms; a block per item everywhere
 // was 5% slower on web-like.
 template <typename Family, typename Traits, typename P, bool kByBlock>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Family::template min_blocks<Traits>())

@@ -144,6 +144,11 @@ RUN_TITLES = {
     "results_h200_attention_autograd_suite":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
         "the attention family's autograd moved to C++, H200 (issues 8, 9)",
+    "results_h200_hub_items_suite":
+        "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
+        "few hubs' chunks went to a block each, H200 (issues 8, 9)",
+    "results_h200_hub_items_minibatch":
+        "Every mini-batch layer after few hubs' chunks went to a block each (issues 5, 7-9)",
     "results_h200_gatv2_out_bias":
         "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
         "H200 (issue 8)",
