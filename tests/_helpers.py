@@ -50,6 +50,25 @@ def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int,
     return edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
 
 
+def many_hubs_graph(seed: int):
+    """(edge_index [2, E], nodes) of a square graph whose hub rows, in the
+    CSR and in its CSR^T, hold 40 chunks of 256 entries per SM of CUDA
+    device 0 on each side: more than the attention kernels give whole
+    blocks (they hand each chunk to a warp there; the small hub tests take
+    the block form)."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    num_hubs, degree, nodes = 5 * sms // 2, 4096, 200_000
+    gen = torch.Generator().manual_seed(seed)
+    hubs = torch.randperm(nodes, generator=gen)[:2 * num_hubs]
+    dst_hubs = hubs[:num_hubs].repeat_interleave(degree)
+    src_hubs = hubs[num_hubs:].repeat_interleave(degree)
+    into_hubs = torch.stack([torch.randint(0, nodes, dst_hubs.shape, generator=gen), dst_hubs])
+    out_of_hubs = torch.stack([src_hubs, torch.randint(0, nodes, src_hubs.shape, generator=gen)])
+    edge_index = torch.cat([random_graph(nodes, nodes, 50_000, seed=seed), into_hubs,
+                            out_of_hubs], dim=1)
+    return edge_index, nodes
+
+
 def native_required() -> bool:
     """On GPU hosts gpu_check.sh sets this, so a missing native library
     fails the CUDA tests instead of silently falling back to plain torch."""

@@ -5,7 +5,8 @@ result on graphs with a hub, empty rows, duplicate edges and self loops."""
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import TOLERANCE, assert_reference_under_autograd, random_graph, relative_error
+from _helpers import (TOLERANCE, assert_reference_under_autograd, many_hubs_graph, random_graph,
+                      relative_error)
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -330,6 +331,23 @@ def test_cuda_hubs_of_destinations_and_sources(dtype):
     for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
         assert relative_error(got.double().cpu(), want) < tol, name
     assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < tol
+
+
+@pytest.mark.cuda
+def test_cuda_many_hubs_each_chunk_to_a_warp():
+    """Hub chunks on both sides many enough that each goes to a warp (the
+    other hub tests take the block form)."""
+    edge_index, nodes = many_hubs_graph(seed=31)
+    graph = Graph.from_edge_index(edge_index.cuda(), (nodes, nodes))
+    gen = torch.Generator().manual_seed(32)
+    x_l, x_r, grad = (torch.randn(nodes, 1, 4, generator=gen, dtype=torch.float64)
+                      for _ in range(3))
+    att = torch.randn(1, 4, generator=gen, dtype=torch.float64)
+    out, _, grads = run_ours(graph, x_l, x_r, att, None, grad, torch.float32, "cuda")
+    ref, _, ref_grads = reference_grads(edge_index, nodes, x_l, x_r, att, None, grad)
+    assert relative_error(out.double().cpu(), ref) < 4e-5
+    for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 1e-4, name
 
 
 @pytest.mark.cuda

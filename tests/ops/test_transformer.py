@@ -7,7 +7,8 @@ import math
 
 import pytest
 import torch
-from _helpers import TOLERANCE, assert_reference_under_autograd, random_graph, relative_error
+from _helpers import (TOLERANCE, assert_reference_under_autograd, many_hubs_graph, random_graph,
+                      relative_error)
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -278,6 +279,20 @@ def test_cuda_hubs_both_sides_index_widths_bipartite_dropout(index_dtype, dtype)
     for name, got, want in zip("qkv", grads[:3], ref_grads[:3]):
         assert relative_error(got.double().cpu(), want) < tol, name
     assert relative_error(grads[3].double().cpu(), ref_grads[3][rows]) < tol
+
+
+@pytest.mark.cuda
+def test_cuda_many_hubs_each_chunk_to_a_warp():
+    """Hub chunks on both sides many enough that each goes to a warp (the
+    other hub tests take the block form)."""
+    edge_index, nodes = many_hubs_graph(seed=33)
+    _, graph, qkv, _, grad = case(nodes, nodes, 0, 1, 4, seed=34, device="cuda",
+                                  edge_index=edge_index)
+    out, _, grads = run_ours(graph, qkv, None, grad, torch.float32, "cuda")
+    ref, _, ref_grads = reference_grads(edge_index, nodes, qkv, None, grad)
+    assert relative_error(out.double().cpu(), ref) < 4e-5
+    for name, got, want in zip("qkv", grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 1e-4, name
 
 
 @pytest.mark.cuda
