@@ -288,7 +288,8 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
             edge = edge.view(-1, heads, channels)
         dropout = self.dropout if self.training else 0.0
         seed = new_seed() if dropout > 0 else 0
-        att = self.att[0]
+        # [1, H, C] -> [H, C] as a view (indexing's backward would fill and copy).
+        att = self.att.squeeze(0)
         dtype = pyg_message_dtype(x_l, att)
         out_bias = self._folded_bias(x_l.dtype == dtype and res is None)
         if x_lr is not None:
