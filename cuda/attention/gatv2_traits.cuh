@@ -17,6 +17,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "../common/dropout.cuh"
 #include "../common/gather.cuh"
 #include "../common/hubs.cuh"
@@ -340,14 +342,24 @@ struct WalkStep {
   __device__ __forceinline__ bool real(int u) const { return u < real_count; }
 };
 
+// walk_row's default: no prefetch of the next step's rows.
+struct NoPrefetch {
+  template <typename index_t>
+  __device__ __forceinline__ void operator()(index_t) const {}
+};
+
 // Calls step(WalkStep) for the entries [begin, end) the caller's slot
 // takes, U per step, the slots interleaving (every lane of the warp makes
 // the same calls, so step may shuffle). The N index arrays are read 32
 // entries at a time, one load per lane (the next 32 prefetched), and
 // handed out with shuffles, so a step's gathers wait on no index load.
-template <int U, int N, typename index_t, typename Step>
+// prefetch(j) is called, before a step, for index array 0's values j of
+// the slot's next step in the same batch (a hint such as prefetch_l2 of
+// the rows that step will gather).
+template <int U, int N, typename index_t, typename Step, typename Prefetch = NoPrefetch>
 __device__ __forceinline__ void walk_row(const GatShape& s, int lane, int64_t begin, int64_t end,
-                                         const index_t* const (&index)[N], Step step) {
+                                         const index_t* const (&index)[N], Step step,
+                                         Prefetch prefetch = {}) {
   using offset_t = EntryOffset<index_t>;
   const int slot_shift = s.slot_shift(), slots = 1 << slot_shift, slot = s.slot(lane);
   const offset_t first = static_cast<offset_t>(begin), last = static_cast<offset_t>(end);
@@ -374,6 +386,17 @@ __device__ __forceinline__ void walk_row(const GatShape& s, int lane, int64_t be
 #pragma unroll
         for (int n = 0; n < N; ++n)
           walk.index[n][u] = __shfl_sync(0xffffffffu, mine[n], (k + u * slots + slot) & 31);
+      if constexpr (!std::is_same_v<Prefetch, NoPrefetch>) {
+        const int next_k = k + U * slots;  // the slot's next step in this batch
+        if (next_k < count) {
+#pragma unroll
+          for (int u = 0; u < U; ++u) {
+            const int at = next_k + u * slots + slot;
+            const index_t j = __shfl_sync(0xffffffffu, mine[0], at & 31);
+            if (at < count) prefetch(j);
+          }
+        }
+      }
       step(walk);
     }
   }

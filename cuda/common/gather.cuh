@@ -34,6 +34,11 @@ __device__ __forceinline__ void load_sources(const index_t* __restrict__ col, of
   }
 }
 
+// Asks L2 for the line holding p (no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Row `src` (>= 0) of a matrix whose rows lie `row_bytes` apart, at the
 // position `base` has in row 0. For int32 indices the offset is a 32 x
 // 64-bit unsigned product (no sign extension, no 64 x 64-bit multiply).
