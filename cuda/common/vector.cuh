@@ -50,15 +50,21 @@ __device__ __forceinline__ void widen_pack(const Pack<T, N>& pack, acc_t (&out)[
   }
 }
 
-// p[i] = acc[i] (converted to T) for i < N.
+// p[i] = acc[i] (converted to T) for i < N: one vector store, or 16-byte
+// stores where N elements of T are wider (8 float32 results of a 16-bit
+// row's 16-byte loads), so p needs alignment to min(16, N * sizeof(T)).
 template <int N, typename T, typename acc_t>
 __device__ __forceinline__ void store_pack(T* __restrict__ p, const acc_t (&acc)[N]) {
-  Pack<T, N> pack;
+  constexpr int kChunk = sizeof(T) * N > 16 ? static_cast<int>(16 / sizeof(T)) : N;
 #pragma unroll
-  for (int i = 0; i < N; ++i) pack.v[i] = DTypeTraits<T>::store(acc[i]);
-  typename RawBits<sizeof(T) * N>::type raw;
-  memcpy(&raw, &pack, sizeof(raw));
-  *reinterpret_cast<decltype(raw)*>(p) = raw;
+  for (int c = 0; c < N; c += kChunk) {
+    Pack<T, kChunk> pack;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) pack.v[i] = DTypeTraits<T>::store(acc[c + i]);
+    typename RawBits<sizeof(T) * kChunk>::type raw;
+    memcpy(&raw, &pack, sizeof(raw));
+    *reinterpret_cast<decltype(raw)*>(p + c) = raw;
+  }
 }
 
 }  // namespace pygio

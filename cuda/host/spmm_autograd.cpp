@@ -2,10 +2,14 @@
 // small graph, where Python's autograd.Function costs more than the kernels.
 //
 //   forward:  Y = A X + b          (A = rowptr, col, values; CSR, rows of Y;
-//                                  b of another dtype added after, promoting)
+//                                  Y in float32 for 16-bit X where asked
+//                                  (float32 values), else in X's dtype; b
+//                                  of another dtype than Y's added after,
+//                                  promoting)
 //   backward: dX = A^T dY          over the CSR^T (rowptr_t, col_t, values_t)
 //                                  where given, else as a transposed SpMM
-//                                  over A (the lazy rule below)
+//                                  over A (the lazy rule below); in X's
+//                                  dtype
 //             db = column sums of dY, fp32 accumulation (as autograd's add
 //                  sums them where b promotes)
 //
@@ -36,12 +40,12 @@ struct Csr {
   int64_t degree_bound;  // -1: not known
 };
 
-// Y = op(A) x (+ bias) by the native kernel on torch's current stream; A has
-// num_cols columns. transpose: Y = A^T x (no bias).
+// Y = op(A) x (+ bias) in `out_dtype` by the native kernel on torch's
+// current stream; A has num_cols columns. transpose: Y = A^T x (no bias).
 Tensor spmm(const Csr& a, int64_t num_cols, const Tensor& x, const Tensor& bias,
-            bool transpose, bool deterministic) {
+            bool transpose, bool deterministic, c10::ScalarType out_dtype) {
   const int64_t rows = transpose ? num_cols : a.rowptr.numel() - 1;
-  Tensor out = torch::empty({rows, x.size(1)}, x.options());
+  Tensor out = torch::empty({rows, x.size(1)}, x.options().dtype(out_dtype));
   spmm_into(a.rowptr, a.col, a.values, x, bias, out, transpose, deterministic,
             transpose ? -1 : a.degree_bound);
   return out;
@@ -76,16 +80,19 @@ py::object python_object(const c10::IValue& value) {
 class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
  public:
   // bias is optional (an undefined tensor cannot be an autograd input). Of
-  // x's dtype it is added inside the kernel; of another (an fp32 bias under
-  // autocast) after it, promoting as torch does: Y = A X + b in b's dtype.
+  // Y's dtype it is added inside the kernel; of another (an fp32 bias of a
+  // 16-bit Y under autocast) after it, promoting as torch does: Y = A X + b
+  // in b's dtype.
   static Tensor forward(AutogradContext* ctx, const Tensor& x,
                         const c10::optional<Tensor>& bias, Csr a, Csr a_t, int64_t num_cols,
-                        int64_t materialize_work, bool deterministic,
+                        int64_t materialize_work, bool deterministic, bool float_output,
                         const py::object& fallback) {
-    const bool promoting = bias.has_value() && bias->scalar_type() != x.scalar_type();
+    const auto out_dtype = float_output ? torch::kFloat : x.scalar_type();
+    const bool promoting = bias.has_value() && bias->scalar_type() != out_dtype;
     ctx->saved_data["has_bias"] = bias.has_value();
     ctx->saved_data["promoting"] = promoting;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
     ctx->saved_data["num_cols"] = num_cols;
     ctx->saved_data["deterministic"] = deterministic;
     ctx->saved_data["materialize_work"] = materialize_work;
@@ -93,8 +100,8 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     ctx->saved_data["degree_bound_t"] = a_t.degree_bound;
     ctx->saved_data["fallback"] = hold(fallback);
     ctx->save_for_backward({a.rowptr, a.col, a.values, a_t.rowptr, a_t.col, a_t.values});
-    if (promoting) return spmm(a, num_cols, x, Tensor(), false, deterministic) + *bias;
-    return spmm(a, num_cols, x, bias.value_or(Tensor()), false, deterministic);
+    if (promoting) return spmm(a, num_cols, x, Tensor(), false, deterministic, out_dtype) + *bias;
+    return spmm(a, num_cols, x, bias.value_or(Tensor()), false, deterministic, out_dtype);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -103,11 +110,12 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     const bool needs_bias = ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(1);
     const bool promoting = ctx->saved_data["promoting"].toBool();
     const int64_t num_x = ctx->saved_data["num_cols"].toInt();
+    const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     Tensor grad = grads[0];
     Tensor grad_x, grad_bias;
-    if (promoting) {  // as autograd's add: db sums dY, dY goes on in x's dtype
+    if (promoting) {  // as autograd's add: db sums dY, dY goes on in the SpMM's dtype
       if (needs_bias) grad_bias = grad.sum(0);
-      grad = grad.to(static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt()));
+      grad = grad.to(static_cast<c10::ScalarType>(ctx->saved_data["out_dtype"].toInt()));
     }
     grad = grad.contiguous();
     if (torch::GradMode::is_enabled()) {  // create_graph: a backward that records
@@ -116,7 +124,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
       auto result = fallback.attr("differentiable_backward")(grad).cast<py::tuple>();
       grad_x = needs_x ? result[0].cast<Tensor>() : Tensor();
       if (needs_bias && !promoting) grad_bias = result[1].cast<Tensor>();
-      return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+      return gradients(grad_x, grad_bias);
     }
     if (needs_x) {
       auto saved = ctx->get_saved_variables();
@@ -127,15 +135,24 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
         py::gil_scoped_acquire gil;
         a_t = csr_from_python(python_object(ctx->saved_data["fallback"]).attr("transpose")());
       }
+      // dX in x's dtype (from a float32 dY of a 16-bit x: the kernels' mixed form).
       grad_x = a_t.rowptr.defined() ? spmm(a_t, a.rowptr.numel() - 1, grad, Tensor(), false,
-                                           deterministic)
-                                    : spmm(a, num_x, grad, Tensor(), true, false);
+                                           deterministic, x_dtype)
+                                    : spmm(a, num_x, grad, Tensor(), true, false, x_dtype);
     }
     if (needs_bias && !promoting) grad_bias = column_sums(grad, grad.scalar_type());
-    return {grad_x, grad_bias, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    return gradients(grad_x, grad_bias);
   }
 
  private:
+  // One gradient per argument of forward (x, bias, then seven that take none).
+  static variable_list gradients(const Tensor& grad_x, const Tensor& grad_bias) {
+    variable_list grads(9);
+    grads[0] = grad_x;
+    grads[1] = grad_bias;
+    return grads;
+  }
+
   // ops.spmm.LazyTranspose's rule, on the graph's state (fallback.graph.state,
   // read and written under the GIL): the graph's first backward pass runs
   // the transposed SpMM over A where the work is small; a later pass, a
@@ -159,7 +176,8 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
 
 Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
                      const py::tuple& a, const py::object& a_t, int64_t num_cols,
-                     int64_t materialize_work, bool deterministic, const py::object& fallback) {
+                     int64_t materialize_work, bool deterministic, bool float_output,
+                     const py::object& fallback) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   TORCH_CHECK(native.spmm_csr != nullptr, "pyg_ioaware host extension: set_native first");
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.stride(1) == 1,
@@ -167,7 +185,7 @@ Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
   Csr transposed{Tensor(), Tensor(), Tensor(), -1};
   if (!a_t.is_none()) transposed = csr_from_python(a_t);
   return SpmmFunction::apply(x, bias, csr_from_python(a), transposed, num_cols,
-                             materialize_work, deterministic, fallback);
+                             materialize_work, deterministic, float_output, fallback);
 }
 
 }  // namespace pygio_host

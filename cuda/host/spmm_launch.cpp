@@ -12,6 +12,7 @@ void spmm_into(const torch::Tensor& rowptr, const torch::Tensor& col,
   p.struct_size = sizeof(p);
   p.dtype = dtype_code(x.scalar_type());
   p.values_dtype = dtype_code(values.scalar_type());
+  p.y_dtype = dtype_code(out.scalar_type());
   p.device = x.get_device();
   p.transpose = transpose;
   p.deterministic = deterministic;

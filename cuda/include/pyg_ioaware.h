@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 4
+#define PYGIO_ABI_VERSION 5
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -206,10 +206,13 @@ PYGIO_API int pygio_spmm_preprocess(const pygio_spmm_params* params);
  * degree split into edge chunks over all SMs and merged with fp32 (fp64)
  * atomics in the workspace; transpose = 1: Y[c] = sum_{e: col[e] = c}
  * values[e] X[row(e)], balanced edge chunks scattered with atomics (in the
- * workspace for 16-bit Y, else in Y itself). X and Y are row-major in
- * `dtype` with inner stride 1; values (and bias) are in `values_dtype`,
- * which is `dtype` or, for 16-bit dtypes, PYGIO_FLOAT32; accumulation in
- * fp32 (fp64 for float64); rows of op(A) with no entry give bias (or 0).
+ * workspace for 16-bit Y, else in Y itself). X is row-major in `dtype`
+ * and Y in `y_dtype`, both with inner stride 1; values (and bias) are in
+ * `values_dtype`, which is `dtype` or, for 16-bit dtypes, PYGIO_FLOAT32;
+ * accumulation in fp32 (fp64 for float64); rows of op(A) with no entry
+ * give bias (or 0). `y_dtype` is `dtype`, or, where values are float32,
+ * the other width: float32 Y of 16-bit X (PyG's float32 edge weights times
+ * 16-bit messages, under autocast) or 16-bit Y of float32 X (its gradient).
  * With `deterministic` (forward only) no row is split: every output element
  * is summed in one thread in CSR order. Where the caller knows that no row
  * of A has more than `degree_bound` entries (>= 0; -1: unknown) and that is
@@ -217,8 +220,11 @@ PYGIO_API int pygio_spmm_preprocess(const pygio_spmm_params* params);
  */
 typedef struct {
   int32_t struct_size;    /* sizeof(pygio_spmm_csr_params) */
-  int32_t dtype;          /* pygio_dtype of X and Y */
+  int32_t dtype;          /* pygio_dtype of X */
   int32_t values_dtype;   /* dtype, or PYGIO_FLOAT32 where dtype is 16-bit */
+  int32_t y_dtype;        /* pygio_dtype of Y: dtype; with float32 values also
+                             PYGIO_FLOAT32 for 16-bit dtype, or a 16-bit type
+                             for float32 dtype */
   int32_t device;
   int32_t transpose;      /* 0: Y = A X (+ bias); 1: Y = A^T X */
   int32_t deterministic;  /* 1: no atomics (transpose must be 0) */

@@ -28,6 +28,8 @@
 //    entry's row found by binary search in rowptr), each entry's scaled
 //    source row added with vector atomics into an accumulator;
 //  - spmm_cast_kernel: that accumulator -> Y for 16-bit Y.
+// X is read as Traits::scalar_t and Y written as Traits::out_t (the same
+// type, or float <-> 16-bit where the values are float).
 #pragma once
 
 #include "../common/gather.cuh"
@@ -178,7 +180,7 @@ __device__ __forceinline__ void store_row_piece(const pygio_spmm_csr_params& p, 
   using value_t = typename Traits::value_t;
   constexpr int V = Traits::kVec;
   const auto* __restrict__ bias = static_cast<const value_t*>(p.bias);
-  auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.y);
+  auto* __restrict__ y = static_cast<typename Traits::out_t*>(p.y);
   const int64_t k = piece * V;
   if (bias != nullptr) {
 #pragma unroll
@@ -347,7 +349,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   using value_t = typename Traits::value_t;
   using acc_t = typename Traits::acc_t;
   const auto* __restrict__ bias = static_cast<const value_t*>(p.bias);
-  auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.y);
+  auto* __restrict__ y = static_cast<typename Traits::out_t*>(p.y);
   const int64_t num_hubs = hub_count(ws.list);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
@@ -358,7 +360,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     for (int64_t k = lane; k < p.width; k += kWarpSize) {
       acc_t v = ws.sums[slot * p.width + k];
       if (bias != nullptr) v += static_cast<acc_t>(DTypeTraits<value_t>::load(bias[k]));
-      y[row * p.y_row_stride + k] = DTypeTraits<typename Traits::scalar_t>::store(v);
+      y[row * p.y_row_stride + k] = DTypeTraits<typename Traits::out_t>::store(v);
     }
   }
 }
@@ -417,12 +419,12 @@ template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     spmm_cast_kernel(const __grid_constant__ pygio_spmm_csr_params p, int64_t num_out,
                      const typename Traits::acc_t* __restrict__ acc) {
-  auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.y);
+  auto* __restrict__ y = static_cast<typename Traits::out_t*>(p.y);
   const int64_t total = num_out * p.width;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / p.width, k = i - r * p.width;
-    y[r * p.y_row_stride + k] = DTypeTraits<typename Traits::scalar_t>::store(acc[i]);
+    y[r * p.y_row_stride + k] = DTypeTraits<typename Traits::out_t>::store(acc[i]);
   }
 }
 

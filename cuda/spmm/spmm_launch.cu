@@ -44,16 +44,23 @@ int64_t forward_hub_slots(const pygio_spmm_csr_params& p) {
 size_t workspace_bytes(const pygio_spmm_csr_params& p) {
   const size_t acc = accumulator_size(p.dtype);
   if (p.transpose)  // 16-bit Y: an fp32 accumulator of Y's shape
-    return element_size(p.dtype) == 2 ? round_up(output_rows(p) * p.width * acc) : 0;
+    return element_size(p.y_dtype) == 2 ? round_up(output_rows(p) * p.width * acc) : 0;
   const int64_t slots = forward_hub_slots(p);
   if (slots == 0) return 0;
   return kAlign + round_up(slots * p.width * acc) + round_up(slots * sizeof(HubEntry));
 }
 
-// The widest load the width, both row strides and both base pointers allow.
+// The widest load the width, both row strides and both base pointers
+// allow: as many elements of X as one load takes, stored to Y in one
+// store, or in 16-byte stores where Y's elements are wider (store_pack).
 int vector_elements(const pygio_spmm_csr_params& p) {
-  return widest_vector(element_size(p.dtype), p.width, {p.x_row_stride, p.y_row_stride},
-                       {p.x, p.y});
+  if (p.y_dtype == p.dtype)
+    return widest_vector(element_size(p.dtype), p.width, {p.x_row_stride, p.y_row_stride},
+                         {p.x, p.y});
+  const int x_vec = widest_vector(element_size(p.dtype), p.width, {p.x_row_stride}, {p.x});
+  const int y_vec = widest_vector(element_size(p.y_dtype), p.width, {p.y_row_stride}, {p.y});
+  const int y_chunk = static_cast<int>(16 / element_size(p.y_dtype));  // one 16-byte store
+  return y_vec >= x_vec || y_vec == y_chunk ? x_vec : y_vec;
 }
 
 // Whether a lane holds several pieces of a row (Traits::wide_pieces()):
@@ -128,9 +135,9 @@ int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
 template <typename Traits>
 int launch_transposed(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   using acc_t = typename Traits::acc_t;
-  using scalar_t = typename Traits::scalar_t;
+  using out_t = typename Traits::out_t;
   const int64_t num_out = output_rows(p);
-  const bool direct = sizeof(scalar_t) == sizeof(acc_t);  // Y is its own accumulator
+  const bool direct = sizeof(out_t) == sizeof(acc_t);  // Y is its own accumulator
   acc_t* acc = direct ? static_cast<acc_t*>(p.y) : static_cast<acc_t*>(p.workspace);
   const int64_t acc_stride = direct ? p.y_row_stride : p.width;
   PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0,
@@ -153,7 +160,7 @@ int launch_transposed(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   return PYGIO_OK;
 }
 
-template <typename scalar_t, typename value_t, typename index_t>
+template <typename scalar_t, typename value_t, typename index_t, typename out_t>
 int launch(const pygio_spmm_csr_params& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const int vec = vector_elements(p);
@@ -165,8 +172,9 @@ int launch(const pygio_spmm_csr_params& p) {
       return p.transpose ? launch_transposed<Traits>(p, stream)
                          : launch_forward<Traits>(p, stream);
     };
-    using Narrow = SpmmTraits<scalar_t, value_t, index_t, kVec, 1>;
-    if (wide) return go(SpmmTraits<scalar_t, value_t, index_t, kVec, Narrow::wide_pieces()>{});
+    using Narrow = SpmmTraits<scalar_t, value_t, index_t, kVec, 1, out_t>;
+    if (wide)
+      return go(SpmmTraits<scalar_t, value_t, index_t, kVec, Narrow::wide_pieces(), out_t>{});
     return go(Narrow{});
   };
   constexpr int kWide = 16 / sizeof(scalar_t), kHalf = 8 / sizeof(scalar_t);
@@ -175,15 +183,34 @@ int launch(const pygio_spmm_csr_params& p) {
   return run(std::integral_constant<int, 1>{});
 }
 
-// Binds value_t: the features' type, or float for 16-bit features.
+// Binds value_t (the features' type, or float for 16-bit features) and
+// out_t (the features' type, or with float values float for 16-bit
+// features and a 16-bit type for float features).
 template <typename scalar_t>
 int dispatch_values(const pygio_spmm_csr_params& p) {
   return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
     if constexpr (sizeof(scalar_t) == 2) {
-      if (p.values_dtype != p.dtype) return launch<scalar_t, float, index_t>(p);
+      if (p.values_dtype != p.dtype) {
+        if (p.y_dtype != p.dtype) return launch<scalar_t, float, index_t, float>(p);
+        return launch<scalar_t, float, index_t, scalar_t>(p);
+      }
+    } else if constexpr (std::is_same_v<scalar_t, float>) {
+      if (p.y_dtype == PYGIO_BFLOAT16) return launch<float, float, index_t, __nv_bfloat16>(p);
+      if (p.y_dtype == PYGIO_FLOAT16) return launch<float, float, index_t, __half>(p);
     }
-    return launch<scalar_t, scalar_t, index_t>(p);
+    return launch<scalar_t, scalar_t, index_t, scalar_t>(p);
   });
+}
+
+// Whether (dtype, values_dtype, y_dtype) is a combination the kernels take.
+bool supported_y_dtype(const pygio_spmm_csr_params& p) {
+  if (p.y_dtype == p.dtype) return true;
+  const auto half = [](int32_t dtype) {
+    return dtype == PYGIO_FLOAT16 || dtype == PYGIO_BFLOAT16;
+  };
+  return p.values_dtype == PYGIO_FLOAT32 &&
+         ((half(p.dtype) && p.y_dtype == PYGIO_FLOAT32) ||
+          (p.dtype == PYGIO_FLOAT32 && half(p.y_dtype)));
 }
 
 int check_spmm_csr(const pygio_spmm_csr_params& p, const char* entry) {
@@ -193,6 +220,9 @@ int check_spmm_csr(const pygio_spmm_csr_params& p, const char* entry) {
   PYGIO_CHECK_ARG(p.values_dtype == p.dtype || (half && p.values_dtype == PYGIO_FLOAT32),
                   entry_message(entry, "values_dtype must be dtype, or float32 for 16-bit "
                                        "dtypes"));
+  PYGIO_CHECK_ARG(supported_y_dtype(p),
+                  entry_message(entry, "y_dtype must be dtype, or with float32 values float32 "
+                                       "for a 16-bit dtype or 16-bit for float32"));
   PYGIO_CHECK_ARG(p.transpose == 0 || p.transpose == 1,
                   entry_message(entry, "transpose must be 0 or 1"));
   PYGIO_CHECK_ARG(!(p.transpose && (p.deterministic || p.bias != nullptr)),
@@ -225,6 +255,9 @@ extern "C" int pygio_spmm_csr_workspace_size(const pygio_spmm_csr_params* params
   PYGIO_CHECK_ARG(bytes != nullptr, entry_message(__func__, "bytes must not be NULL"));
   PYGIO_TRY(check_csr(params->a, __func__));
   PYGIO_TRY(check_dtype(params->dtype, __func__));
+  PYGIO_CHECK_ARG(supported_y_dtype(*params),
+                  entry_message(__func__, "y_dtype must be dtype, or with float32 values "
+                                          "float32 for a 16-bit dtype or 16-bit for float32"));
   PYGIO_CHECK_ARG(params->width >= 0, entry_message(__func__, "width must be non-negative"));
   *bytes = workspace_bytes(*params);
   return ok();

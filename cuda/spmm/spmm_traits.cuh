@@ -14,10 +14,12 @@
 
 namespace pygio {
 
-template <typename scalar_t_, typename value_t_, typename index_t_, int kVec_, int kPieces_>
+template <typename scalar_t_, typename value_t_, typename index_t_, int kVec_, int kPieces_,
+          typename out_t_ = scalar_t_>
 struct SpmmTraits {
-  using scalar_t = scalar_t_;  // X and Y
+  using scalar_t = scalar_t_;  // X
   using value_t = value_t_;    // edge values and bias: scalar_t, or float for 16-bit scalar_t
+  using out_t = out_t_;        // Y: scalar_t, or (float values) float <-> 16-bit
   using index_t = index_t_;    // int32_t or int64_t (rowptr and col)
   using acc_t = typename DTypeTraits<scalar_t>::acc;  // float, double for double
   using offset_t = EntryOffset<index_t>;  // entry positions (common/gather.cuh)

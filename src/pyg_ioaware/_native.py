@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 4
+ABI_VERSION = 5
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -94,6 +94,7 @@ class SpmmCsrParams(ctypes.Structure):
         ("struct_size", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
         ("values_dtype", ctypes.c_int32),
+        ("y_dtype", ctypes.c_int32),
         ("device", ctypes.c_int32),
         ("transpose", ctypes.c_int32),
         ("deterministic", ctypes.c_int32),
@@ -811,6 +812,7 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, bias: Optio
     lib = library()
     p, ref = _reused_params(SpmmCsrParams)
     p.dtype, p.values_dtype = _dtype_code(x.dtype), _dtype_code(values.dtype)
+    p.y_dtype = _dtype_code(out.dtype)
     p.device, p.transpose, p.deterministic = x.device.index, transpose, deterministic
     p.degree_bound = degree_bound
     p.a = Csr(rowptr.data_ptr(), col.data_ptr(), rowptr.numel() - 1,

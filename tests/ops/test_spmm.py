@@ -111,7 +111,30 @@ def op_sample_inputs(device, dtype=torch.float32):
     bias = torch.randn(6, device=device, dtype=dtype)
     spmm_args = [structure + (x, 14, False), structure + (g, 20, True),
                  structure + (x, 14, False, bias), structure + (g, 20, True, bias)]
+    if dtype == torch.float32:  # the mixed calls: 16-bit X -> float32 Y, and back
+        spmm_args += [structure + (x.bfloat16(), 14, False, bias, torch.float32),
+                      structure + (g, 20, True, None, torch.float16)]
     return graph, spmm_args, [(graph.rowptr, graph.col, g, x)]
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+@pytest.mark.parametrize("x_dtype,out_dtype", [(torch.bfloat16, torch.float32),
+                                               (torch.float16, torch.float32),
+                                               (torch.float32, torch.bfloat16)])
+def test_mixed_output_dtype_matches_float64(device, x_dtype, out_dtype):
+    """float32 values and bias, X in one width and Y in the other: Y is
+    A X + b of X as it is, in out_dtype."""
+    graph = Graph.from_edge_index(random_graph(40, 30, 300, seed=16).to(device), (40, 30))
+    values = ops.normalized_values(graph, None, "mean", torch.float32).values
+    x = torch.randn(40, 7, device=device).to(x_dtype)
+    bias = torch.randn(7, device=device)
+    out = torch.ops.pyg_ioaware.spmm(graph.rowptr, graph.col, values, x, 30, False, bias,
+                                     out_dtype)
+    dense = torch.zeros(30, 40, dtype=torch.float64, device=device)
+    dense.index_put_((graph.row.long(), graph.col.long()), values.double(), accumulate=True)
+    expected = dense @ x.double() + bias.double()
+    assert out.dtype == out_dtype
+    assert relative_error(out, expected) < TOLERANCE[out_dtype]
 
 
 def devices():
@@ -333,6 +356,11 @@ def bad_raw_op_calls(device):
          TypeError),
         ("bias on meta", spmm, (rowptr, col, values, x, 3, False, x[0].to("meta")),
          ValueError),
+        ("out_dtype float64", spmm, (rowptr, col, values, x, 3, False, None, torch.float64),
+         TypeError),
+        ("mixed call, 16-bit values", spmm,
+         (rowptr, col, values.bfloat16(), x.bfloat16(), 3, False, None, torch.float32),
+         TypeError),
         ("sddmm g rows", sddmm, (rowptr, col, g[:2], x, ), ValueError),
         ("sddmm widths", sddmm, (rowptr, col, g[:, :5], x), ValueError),
         ("sddmm col out of range", sddmm, (rowptr, col, g, x[:2]), ValueError),

@@ -48,10 +48,11 @@ def _dense(graph, values):
     return a
 
 
-def _run(graph, values, x, bias, transpose, deterministic=False, out=None):
+def _run(graph, values, x, bias, transpose, deterministic=False, out=None, out_dtype=None):
     rows = graph.num_src if transpose else graph.num_dst
     if out is None:
-        out = torch.full((rows, x.size(1)), float("nan"), dtype=x.dtype, device=x.device)
+        out = torch.full((rows, x.size(1)), float("nan"), dtype=out_dtype or x.dtype,
+                         device=x.device)
     _native.spmm_csr(graph.rowptr, graph.col, values, x, bias, out, transpose, deterministic)
     return out
 
@@ -77,6 +78,41 @@ def test_own_kernels_match_float64(name, dtype, index_width, monkeypatch):
             _check(_run(graph, values, g, None, True), a.T @ g.double().cpu(), dtype)
 
 
+# Mixed calls (float32 values and bias): 16-bit X -> float32 Y (GCNConv's
+# PyG messages under autocast), float32 X -> 16-bit Y (their gradient).
+MIXED = [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+         (torch.float32, torch.bfloat16), (torch.float32, torch.float16)]
+
+
+@pytest.mark.parametrize("index_width", [32, 64])
+@pytest.mark.parametrize("dtype,out_dtype", MIXED,
+                         ids=[f"{a}-{b}".replace("torch.", "") for a, b in MIXED])
+@pytest.mark.parametrize("name", [g[0] for g in GRAPHS])
+def test_own_kernels_mixed_output_dtype_match_float64(name, dtype, out_dtype, index_width,
+                                                      monkeypatch):
+    for width in WIDTHS:
+        graph, values, x, g, bias = _case(name, width, dtype, torch.float32, index_width,
+                                          monkeypatch)
+        a = _dense(graph, values)
+        _check(_run(graph, values, x, None, False, out_dtype=out_dtype),
+               a @ x.double().cpu(), out_dtype)
+        _check(_run(graph, values, x, bias, False, out_dtype=out_dtype),
+               a @ x.double().cpu() + bias.double().cpu(), out_dtype)
+        _check(_run(graph, values, g, None, True, out_dtype=out_dtype),
+               a.T @ g.double().cpu(), out_dtype)
+
+
+def test_own_kernels_mixed_output_row_strided_and_unaligned(monkeypatch):
+    """A float32 Y of 16-bit X whose rows start 4 bytes apart from 16:
+    the stores narrow to what Y allows."""
+    graph, values, x, _, bias = _case("one-hub", 64, torch.bfloat16, torch.float32, 32,
+                                      monkeypatch)
+    wide_out = torch.zeros(graph.num_dst, 70, device="cuda")
+    out = _run(graph, values, x, bias, False, out=wide_out[:, 1:65])
+    _check(out, _dense(graph, values) @ x.double().cpu() + bias.double().cpu(), torch.float32)
+    assert (wide_out[:, :1] == 0).all() and (wide_out[:, 65:] == 0).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_own_kernels_sanitizer_sample(dtype, monkeypatch):
     """Small enough for compute-sanitizer (gpu_check.sh runs it there): a
@@ -88,6 +124,12 @@ def test_own_kernels_sanitizer_sample(dtype, monkeypatch):
             _check(_run(graph, values, x, bias, False),
                    a @ x.double().cpu() + bias.double().cpu(), dtype)
             _check(_run(graph, values, g, None, True), a.T @ g.double().cpu(), dtype)
+            if dtype == torch.bfloat16:  # the mixed forms, both ways
+                values32, bias32 = values.float(), bias.float()
+                _check(_run(graph, values32, x, bias32, False, out_dtype=torch.float32),
+                       a @ x.double().cpu() + bias.double().cpu(), torch.float32)
+                _check(_run(graph, values32, g.float(), None, True, out_dtype=dtype),
+                       a.T @ g.double().cpu(), dtype)
 
 
 def test_own_kernels_row_strided_inputs_and_outputs(monkeypatch):
@@ -139,3 +181,10 @@ def test_own_kernels_refuse_bad_parameters():
     with pytest.raises(_native.NativeError, match="no bias"):
         _native.spmm_csr(graph.rowptr, graph.col, torch.ones(2, device="cuda"), x,
                          torch.ones(4, device="cuda"), out, True, False)
+    # Y of another dtype only with float32 values, float32 <-> 16-bit.
+    with pytest.raises(_native.NativeError, match="y_dtype"):
+        _native.spmm_csr(graph.rowptr, graph.col, torch.ones(2, device="cuda",
+                         dtype=torch.bfloat16), x, None, out.float(), False, False)
+    with pytest.raises(_native.NativeError, match="y_dtype"):
+        _native.spmm_csr(graph.rowptr, graph.col, torch.ones(2, device="cuda"), x, None,
+                         out.double(), False, False)

@@ -69,9 +69,11 @@ class GCNConv(FusedMessagePassing):
           :math:`(B, |\mathcal{V}|, F_{out})`)
 
     Dtypes:
-        Node features float32, float64, float16 or bfloat16 (``torch.autocast``
-        included: the projection runs in the autocast dtype, the aggregation
-        reads and writes it and accumulates in float32); edge weights any
+        Node features float32, float64, float16 or bfloat16; under
+        ``torch.autocast`` the projection runs in the autocast dtype and, as
+        in PyG (whose normalized edge weights keep the input's dtype), the
+        aggregation reads it with float32 weights and writes float32;
+        accumulation in float32 (float64 for float64); edge weights any
         floating dtype; edge indices int32 or int64.
     """
     _cached_edge_index: Optional[OptPairTensor]
@@ -179,8 +181,12 @@ class GCNConv(FusedMessagePassing):
             prefetch(edge_index)
         projected = apply_linear(self.lin, x)
         adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
-        # The bias is added inside the aggregation where its dtype is X W's.
-        return adjacency.propagate(projected, node_dim=node_dim, bias=self.bias)
+        # PyG's gcn_norm makes its all-ones weights in x's dtype: under
+        # autocast float32 weights over 16-bit X W, so float32 messages and
+        # output (one SpMM reading X W as it is). The bias is added inside
+        # the aggregation where its dtype is the messages'.
+        return adjacency.propagate(projected, node_dim=node_dim, bias=self.bias,
+                                   ones_dtype=x.dtype if self.normalize else None)
 
     def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
         return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j

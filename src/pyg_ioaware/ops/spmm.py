@@ -1,6 +1,6 @@
 """The SpMM family's custom ops and their autograd.
 
-``pyg_ioaware::spmm(rowptr, col, values, x, num_out, transpose, bias=None)``
+``pyg_ioaware::spmm(rowptr, col, values, x, num_out, transpose, bias=None, out_dtype=None)``
 
     transpose=False: Y = A X + b,  Y[r] = sum_{e in row r} values[e] * X[col[e]] + b
     transpose=True:  Y = A^T X + b, Y[c] = sum_{e: col[e] = c} values[e] * X[row(e)] + b
@@ -9,8 +9,11 @@ for the CSR matrix A = (rowptr, col, values); Y has ``num_out`` rows; rows
 with no entry give b (zeros without a bias). x is 2-D with rows of inner
 stride 1, values and the optional bias 1-D, all float32/float64/float16/
 bfloat16 of one dtype; accumulation in float32 (float64 for float64),
-output in x's dtype. The kernels of our own add the bias inside the
-aggregation (no extra pass over Y).
+output in x's dtype. A mixed call (``out_dtype`` float32 for 16-bit x, or
+16-bit for float32 x) takes float32 values and bias and writes Y in
+``out_dtype``: PyG's float32 edge weights times 16-bit messages under
+autocast (GCNConv), and that product's gradient. The kernels of our own
+add the bias inside the aggregation (no extra pass over Y).
 
 ``pyg_ioaware::sddmm(rowptr, col, g, x)``: out[e] = <g[row(e)], x[col[e]]>
 for every CSR entry e (the gradient of SpMM's values).
@@ -44,11 +47,30 @@ from .dispatch import accumulator_dtype, eager_or_op, native_ready
 from .spmm_backends import FAMILY, OwnCsrBackend, SpmmCall, own_degree_bound, run_spmm
 
 
-def _check_spmm(rowptr, col, values, x, num_out: int, transpose: bool, bias=None) -> None:
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def spmm_values_dtype(x_dtype: torch.dtype, out_dtype: Optional[torch.dtype],
+                      who: str = "pyg_ioaware::spmm") -> torch.dtype:
+    """The dtype an SpMM's values and bias must have: x's, or float32 for a
+    mixed call (``out_dtype`` float32 with 16-bit x, or 16-bit with float32
+    x); any other ``out_dtype`` than x's is a TypeError."""
+    if out_dtype is None or out_dtype == x_dtype:
+        return x_dtype
+    if ((x_dtype in HALF_DTYPES and out_dtype == torch.float32)
+            or (x_dtype == torch.float32 and out_dtype in HALF_DTYPES)):
+        return torch.float32
+    raise TypeError(f"{who}: out_dtype must be x's dtype ({x_dtype}), float32 for 16-bit x or "
+                    f"16-bit for float32 x, got {out_dtype}")
+
+
+def _check_spmm(rowptr, col, values, x, num_out: int, transpose: bool, bias=None,
+                out_dtype=None) -> None:
     who = "pyg_ioaware::spmm"
     checks.csr_structure(rowptr, col, who)
     if not isinstance(x, Tensor) or x.dtype not in checks.FEATURE_DTYPES:
         raise TypeError(f"{who}: x must be a tensor of one of {checks.FEATURE_DTYPES}")
+    values_dtype = spmm_values_dtype(x.dtype, out_dtype, who)
     if num_out < 0:
         raise ValueError(f"{who}: num_out must be non-negative, got {num_out}")
     rows_of_a = rowptr.size(0) - 1
@@ -56,18 +78,21 @@ def _check_spmm(rowptr, col, values, x, num_out: int, transpose: bool, bias=None
     checks.dense(x, "x", x_rows, x.dtype, rowptr.device, who)
     if transpose is False and num_out != rows_of_a:
         raise ValueError(f"{who}: the CSR matrix has {rows_of_a} rows, num_out is {num_out}")
-    checks.entry_values(values, col.size(0), x.dtype, rowptr.device, who)
-    checks.bias(bias, x.size(1), x.dtype, rowptr.device, who)
+    checks.entry_values(values, col.size(0), values_dtype, rowptr.device, who)
+    checks.bias(bias, x.size(1), values_dtype, rowptr.device, who)
 
 
-def _spmm_kernel(rowptr, col, values, x, num_out, transpose, bias=None) -> Tensor:
+def _spmm_kernel(rowptr, col, values, x, num_out, transpose, bias=None,
+                 out_dtype=None) -> Tensor:
     return run_spmm(SpmmCall(rowptr, col, values.contiguous(), x.contiguous(), num_out,
-                             transpose, None if bias is None else bias.contiguous()))
+                             transpose, None if bias is None else bias.contiguous(),
+                             out_dtype=out_dtype))
 
 
 @torch.library.custom_op("pyg_ioaware::spmm", mutates_args=())
 def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
-             transpose: bool, bias: Optional[Tensor] = None) -> Tensor:
+             transpose: bool, bias: Optional[Tensor] = None,
+             out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """``torch.ops.pyg_ioaware.spmm``: Y = A X + b, or Y = A^T X + b with
     ``transpose``, for a CSR matrix A (forward only; see
     :func:`gcn_adjacency` for a differentiable propagation).
@@ -75,28 +100,32 @@ def spmm_csr(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: in
     Args:
         rowptr (Tensor): [R + 1] CSR row pointers, int32 or int64.
         col (Tensor): [nnz] column indices, the same dtype as ``rowptr``.
-        values (Tensor): [nnz] entries of A, in ``x``'s dtype.
+        values (Tensor): [nnz] entries of A, in ``x``'s dtype (float32 for a
+            mixed call).
         x (Tensor): [num_cols, F] dense input (float32, float64, float16 or
             bfloat16); [R, F] with ``transpose``.
         num_out (int): rows of Y: R, or the column count with ``transpose``.
         transpose (bool): multiply by A^T instead of A.
-        bias (Tensor, optional): [F] added to every row of Y.
+        bias (Tensor, optional): [F] added to every row of Y, in the values'
+            dtype.
+        out_dtype (torch.dtype, optional): Y's dtype: x's (default), float32
+            for 16-bit x or 16-bit for float32 x (a mixed call).
 
     Returns:
-        Tensor: Y [num_out, F] in ``x``'s dtype (16-bit inputs accumulate in
+        Tensor: Y [num_out, F] in ``out_dtype`` (16-bit inputs accumulate in
         float32). Every input is checked before any kernel runs (a CSR
         structure's contents once, the first time the op sees it).
     """
-    _check_spmm(rowptr, col, values, x, num_out, transpose, bias)
+    _check_spmm(rowptr, col, values, x, num_out, transpose, bias, out_dtype)
     num_cols = num_out if transpose else x.size(0)
     checks.csr_structure_contents(rowptr, col, num_cols, "pyg_ioaware::spmm")
-    return _spmm_kernel(rowptr, col, values, x, num_out, transpose, bias)
+    return _spmm_kernel(rowptr, col, values, x, num_out, transpose, bias, out_dtype)
 
 
 @spmm_csr.register_fake
-def _spmm_fake(rowptr, col, values, x, num_out, transpose, bias=None):
-    _check_spmm(rowptr, col, values, x, num_out, transpose, bias)
-    return x.new_empty(num_out, x.size(1))
+def _spmm_fake(rowptr, col, values, x, num_out, transpose, bias=None, out_dtype=None):
+    _check_spmm(rowptr, col, values, x, num_out, transpose, bias, out_dtype)
+    return x.new_empty(num_out, x.size(1), dtype=x.dtype if out_dtype is None else out_dtype)
 
 
 # Eager calls on a structure known valid (a Graph's) go straight to the kernel.
@@ -105,23 +134,25 @@ spmm_trusted = eager_or_op(_spmm_kernel, spmm_csr)
 
 class SpmmFunction(torch.autograd.Function):
     """Differentiable Y = A X + b (transpose=False) or Y = A^T X + b
-    (transpose=True), Y with ``num_out`` rows, for A given as CSR (rowptr,
-    col, values) and an optional bias b of x's dtype (db = column sums of
-    dY). Its
-    backward needs A^T: as a CSR (rowptr_t, col_t, values_t), or, where those
-    are None, from ``lazy`` (a :class:`LazyTranspose`, which may give a CSR
-    or None), else as a transposed SpMM over A. Both structures
-    must be known valid (a Graph's)."""
+    (transpose=True), Y with ``num_out`` rows in ``out_dtype`` (None: x's;
+    else a mixed call, float32 values), for A given as CSR (rowptr, col,
+    values) and an optional bias b in the values' dtype (db = column sums
+    of dY). Its backward needs A^T: as a CSR (rowptr_t, col_t, values_t),
+    or, where those are None, from ``lazy`` (a :class:`LazyTranspose`,
+    which may give a CSR or None), else as a transposed SpMM over A; dX
+    comes out of it in x's dtype (a mixed call the other way). Both
+    structures must be known valid (a Graph's)."""
 
     @staticmethod
     def forward(ctx, rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, num_out,
-                lazy=None, bias=None):
+                lazy=None, bias=None, out_dtype=None):
         ctx.transpose = transpose
         ctx.num_x = x.size(0)
         ctx.lazy = lazy
+        ctx.x_dtype = x.dtype
         ctx.save_for_backward(rowptr, col, values, rowptr_t, col_t, values_t,
                               x if ctx.needs_input_grad[2] else None)
-        return spmm_trusted(rowptr, col, values, x, num_out, transpose, bias)
+        return spmm_trusted(rowptr, col, values, x, num_out, transpose, bias, out_dtype)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -131,29 +162,34 @@ class SpmmFunction(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         grad_x = grad_values = grad_bias = None
         a = (rowptr, col, values, rowptr_t, col_t, values_t)
+        # dX in x's dtype: a mixed call again (the other way) where Y's differs.
+        dtype = None if grad_out.dtype == ctx.x_dtype else ctx.x_dtype
         if ctx.needs_input_grad[6]:
             # Differentiable again only where a double backward records a graph.
             spmm = SpmmFunction.apply if torch.is_grad_enabled() else _spmm_no_grad
             if ctx.transpose:  # Y = A^T X  =>  dX = A dY
-                grad_x = spmm(*a, grad_out, False, ctx.num_x)
+                grad_x = spmm(*a, grad_out, False, ctx.num_x, None, None, dtype)
             elif rowptr_t is None:  # dX = A^T dY over A's CSR
-                grad_x = spmm(*a, grad_out, True, ctx.num_x)
+                grad_x = spmm(*a, grad_out, True, ctx.num_x, None, None, dtype)
             else:  # dX = A^T dY as a plain SpMM over the materialized CSR^T
                 grad_x = spmm(rowptr_t, col_t, values_t, rowptr, col, values, grad_out, False,
-                              ctx.num_x)
+                              ctx.num_x, None, None, dtype)
         if ctx.needs_input_grad[2]:
             g, xx = (x, grad_out) if ctx.transpose else (grad_out, x)
+            if g.dtype != values.dtype or xx.dtype != values.dtype:  # mixed: in the values' float32
+                g, xx = g.to(values.dtype), xx.to(values.dtype)
             grad_values = sddmm_trusted(rowptr, col, g.contiguous(), xx.contiguous())
         if len(ctx.needs_input_grad) > 10 and ctx.needs_input_grad[10]:
             grad_bias = column_sums(grad_out)
         return (None, None, grad_values, None, None, None, grad_x, None, None, None,
-                grad_bias)
+                grad_bias, None)
 
 
-def _spmm_no_grad(rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, num_out):
+def _spmm_no_grad(rowptr, col, values, rowptr_t, col_t, values_t, x, transpose, num_out,
+                  lazy=None, bias=None, out_dtype=None):
     """SpmmFunction's forward without recording anything (a backward pass
     that builds no graph skips the Function's bookkeeping)."""
-    return spmm_trusted(rowptr, col, values, x, num_out, transpose)
+    return spmm_trusted(rowptr, col, values, x, num_out, transpose, bias, out_dtype)
 
 
 class LazyTranspose:
@@ -199,11 +235,13 @@ class NativeAutogradFallback:
     """What the C++ SpMM autograd (cuda/host/spmm_autograd.cpp) asks
     Python for: the graph's CSR^T where its lazy rule (LazyTranspose's)
     wants one, and, for a backward that records a graph (create_graph=True),
-    SpmmFunction's differentiable dX = A^T dY and db = column sums of dY."""
+    SpmmFunction's differentiable dX = A^T dY (in ``x_dtype``) and db =
+    column sums of dY."""
 
-    def __init__(self, graph, edge_values):
+    def __init__(self, graph, edge_values, x_dtype: torch.dtype):
         self.graph = graph
         self.edge_values = edge_values
+        self.x_dtype = x_dtype
 
     def transpose(self) -> tuple:
         """(rowptr_t, col_t, values_t, degree bound) of the CSR^T."""
@@ -213,9 +251,10 @@ class NativeAutogradFallback:
     def differentiable_backward(self, grad_out: Tensor) -> tuple:
         """(dX, db) recorded for a double backward, over the CSR^T."""
         graph, t = self.graph, self.graph.transpose
+        mixed = None if grad_out.dtype == self.x_dtype else self.x_dtype
         grad_x = SpmmFunction.apply(t.rowptr, t.col, self.edge_values.values_t, graph.rowptr,
                                     graph.col, self.edge_values.values, grad_out, False,
-                                    graph.num_src)
+                                    graph.num_src, None, None, mixed)
         return grad_x, column_sums(grad_out)
 
 
@@ -226,9 +265,10 @@ NATIVE_AUTOGRAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
                          backward: str) -> Optional[Tensor]:
     """``SpmmFunction`` over ``graph`` (Y = A X + b, the values needing no
-    gradient; a bias of another dtype than x's added after the aggregation,
-    promoting as torch does) with its autograd in C++
-    (pyg_ioaware._native_host) where that applies, else None.
+    gradient; Y in float32 where x is 16-bit and the values float32 (a
+    mixed call), else in x's dtype; a bias of another dtype than Y's added
+    after the aggregation, promoting as torch does) with its autograd in
+    C++ (pyg_ioaware._native_host) where that applies, else None.
 
     It applies in eager mode on CUDA with config.native_host on and the
     extension loaded, for 16/32-bit features, a non-empty problem,
@@ -244,20 +284,21 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     nnz, width = graph.num_edges, x.size(1)
     if extension is None or nnz == 0 or width == 0 or graph.num_src == 0:
         return None
-    if not edge_values.own_kernels.get(width, False):
+    float_output = edge_values.values.dtype != x.dtype  # mixed: our kernels, untuned
+    if not float_output and not edge_values.own_kernels.get(width, False):
         names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz, (
             ("forward", graph.num_dst), ("transposed", graph.num_dst), ("forward", graph.num_src)))
         if names is None or any(name != OwnCsrBackend.name for name in names):
             return None
         edge_values.own_kernels[width] = True  # decided classes stay decided
-    fallback = NativeAutogradFallback(graph, edge_values)
+    fallback = NativeAutogradFallback(graph, edge_values, x.dtype)
     has_transpose = backward == "materialized" or graph.state.transpose is not None
     a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
     x = x if x.stride(1) == 1 else x.contiguous()
     return extension.spmm(x, None if bias is None else bias.contiguous(), a,
                           fallback.transpose() if has_transpose else None, graph.num_src,
                           LazyTranspose.MATERIALIZE_WORK,
-                          torch.are_deterministic_algorithms_enabled(), fallback)
+                          torch.are_deterministic_algorithms_enabled(), float_output, fallback)
 
 
 # ------------------------------------------------------------------ SDDMM

@@ -43,9 +43,12 @@ FAMILY = "spmm"
 @dataclass
 class SpmmCall:
     """One SpMM, Y = op(A) X (+ bias): ``x`` is [rows of op(A)'s columns,
-    width] with inner stride 1; the output has ``num_out`` rows; ``bias``
-    is None or [width] in x's dtype. ``state`` is what is kept beside the
-    structure (plans), looked up by the backends that keep any."""
+    width] with inner stride 1; the output has ``num_out`` rows, in
+    ``out_dtype`` (None: x's dtype; else a mixed call, see
+    :func:`pyg_ioaware.ops.spmm.spmm_values_dtype`, whose values and bias
+    are float32); ``bias`` is None or [width] in the values' dtype.
+    ``state`` is what is kept beside the structure (plans), looked up by
+    the backends that keep any."""
     rowptr: Tensor
     col: Tensor
     values: Tensor
@@ -54,22 +57,36 @@ class SpmmCall:
     transpose: bool
     bias: Optional[Tensor] = None
     state: Optional[StructureState] = None
+    out_dtype: Optional[torch.dtype] = None
 
     @property
     def num_cols(self) -> int:
         """Columns of A (not of op(A))."""
         return self.num_out if self.transpose else self.x.size(0)
 
+    @property
+    def y_dtype(self) -> torch.dtype:
+        """The output's dtype."""
+        return self.x.dtype if self.out_dtype is None else self.out_dtype
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the output's dtype is not x's."""
+        return self.y_dtype != self.x.dtype
+
 
 def spmm_reference(rowptr: Tensor, col: Tensor, values: Tensor, x: Tensor, num_out: int,
-                   transpose: bool) -> Tensor:
-    """Plain-torch Y = op(A) X (the tests' oracle and the CPU path)."""
-    acc = accumulator_dtype(x.dtype)
+                   transpose: bool, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """Plain-torch Y = op(A) X in ``out_dtype`` (default: x's), accumulated
+    in float32 (float64 for float64 inputs) (the tests' oracle and the CPU
+    path)."""
+    out_dtype = x.dtype if out_dtype is None else out_dtype
+    acc = torch.promote_types(accumulator_dtype(x.dtype), accumulator_dtype(out_dtype))
     row = entry_rows(rowptr, col.numel())
     src, dst = (row, col) if transpose else (col, row)
     messages = x.index_select(0, src).to(acc) * values.to(acc).unsqueeze(1)
     out = torch.zeros(num_out, x.size(1), dtype=acc, device=x.device)
-    return out.index_add_(0, dst, messages).to(x.dtype)
+    return out.index_add_(0, dst, messages).to(out_dtype)
 
 
 def _add_bias(out: Tensor, bias: Optional[Tensor]) -> Tensor:
@@ -119,11 +136,11 @@ class TorchBackend:
 
     def run(self, call: SpmmCall) -> Tensor:
         if (call.x.device.type == "cpu" and call.x.dtype in _SPARSE_MM_CPU_DTYPES
-                and not call.transpose):
+                and not call.transpose and not call.mixed):
             out = sparse_mm_cpu(call)
         else:
             out = spmm_reference(call.rowptr, call.col, call.values, call.x, call.num_out,
-                                 call.transpose)
+                                 call.transpose, call.y_dtype)
         return _add_bias(out, call.bias)
 
 
@@ -141,7 +158,7 @@ class OwnCsrBackend:
 
     def run(self, call: SpmmCall) -> Tensor:
         x = call.x
-        out = torch.empty(call.num_out, x.size(1), dtype=x.dtype, device=x.device)
+        out = torch.empty(call.num_out, x.size(1), dtype=call.y_dtype, device=x.device)
         if call.transpose:  # the transposed kernel takes no bias
             _native.spmm_csr(call.rowptr, call.col, call.values, x, None, out, True, False)
             return _add_bias(out, call.bias)
@@ -261,16 +278,24 @@ def run_with_backend(name: str, rowptr: Tensor, col: Tensor, values: Tensor, x: 
                                 state=structure_state(rowptr)))
 
 
+_OWN_CSR = OwnCsrBackend()
+_TORCH = TorchBackend()
+
+
 def run_spmm(call: SpmmCall) -> Tensor:
     """Y = op(A) X on a structure known valid, by the backend the tuner
-    picks for the call's shape class. Empty problems give zeros."""
+    picks for the call's shape class; a mixed call (Y not in X's dtype),
+    which cuSPARSE cannot make, by the kernels of our own where they run
+    and by plain torch elsewhere, untuned. Empty problems give zeros."""
     x = call.x
     if call.num_out == 0 or x.size(1) == 0 or call.col.numel() == 0 or x.size(0) == 0:
-        return _add_bias(torch.zeros(call.num_out, x.size(1), dtype=x.dtype, device=x.device),
-                         call.bias)
+        return _add_bias(torch.zeros(call.num_out, x.size(1), dtype=call.y_dtype,
+                                     device=x.device), call.bias)
     device = x.device
-    if device.type == "cuda":
-        native_ready(device)  # warns once where CUDA runs plain torch
+    # native_ready warns once where CUDA runs plain torch.
+    own_kernels = device.type == "cuda" and native_ready(device)
+    if call.mixed:
+        return (_OWN_CSR if own_kernels else _TORCH).run(call)
     backend = tuning.choose_for_call(
         FAMILY, "transposed" if call.transpose else "forward", x.size(1), x.dtype, device,
         call.col.numel(), call.rowptr.numel() - 1,

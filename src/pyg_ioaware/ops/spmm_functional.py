@@ -18,7 +18,7 @@ from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
 from .normalize import normalized_values, weights_in_csr_order
-from .spmm import LazyTranspose, SpmmFunction, native_autograd_spmm, spmm_trusted
+from .spmm import HALF_DTYPES, LazyTranspose, SpmmFunction, native_autograd_spmm, spmm_trusted
 
 FLOWS = ("source_to_target", "target_to_source")
 
@@ -44,22 +44,32 @@ class SpmmAdjacency:
         self.weight_csr = weight_csr
         self.mode = mode
 
-    def propagate(self, h: Tensor, node_dim: int = 0, bias: Optional[Tensor] = None) -> Tensor:
+    def propagate(self, h: Tensor, node_dim: int = 0, bias: Optional[Tensor] = None,
+                  ones_dtype: Optional[torch.dtype] = None) -> Tensor:
         """Aggregates ``h`` ([N, C], [N, H, C], or [B, N, C] with
         ``node_dim=-2``) over the graph, plus ``bias`` (broadcast over the
-        last dimension) where given; the output keeps the layout. A bias of
-        2-D ``h``'s dtype is added inside the aggregation; any other (e.g.
-        an fp32 bias under autocast) is added after it, promoting as torch
-        does."""
+        last dimension) where given; the output keeps the layout.
+
+        Messages are in PyG's dtype: the edge weights' promoted with
+        ``h``'s, where ``ones_dtype`` is the dtype of the weights PyG makes
+        where none are given (GCN's normalization makes ones in the layer
+        input's dtype; None: no weights, messages in ``h``'s dtype). So
+        float32 weights over 16-bit ``h`` (``torch.autocast``) aggregate
+        into float32, as PyG's messages do. A bias of the messages' dtype
+        is added inside the aggregation (2-D ``h``); any other is added
+        after it, promoting as torch does."""
         graph = self.graph
         if not isinstance(h, Tensor):
             raise TypeError(f"propagate: expected node features as a tensor, got "
                             f"{type(h).__name__}")
         moved = h.movedim(node_dim, 0) if node_dim not in (0, -h.dim()) else h
         checks.node_features(moved, graph.num_src, graph.device, "propagate")
+        weight_dtype = ones_dtype if self.weight_csr is None else self.weight_csr.dtype
+        out_dtype = h.dtype if weight_dtype is None else torch.promote_types(weight_dtype,
+                                                                             h.dtype)
         fused = bias is not None and h.dim() == 2 and bias.shape == (h.size(1),)
         out = propagate(graph, self.weight_csr, self.mode, _flat(moved),
-                        bias if fused else None)
+                        bias if fused else None, out_dtype)
         out = _unflat(out, moved)
         out = out if moved is h else out.movedim(0, node_dim)
         if bias is None or fused:
@@ -73,22 +83,29 @@ class SpmmAdjacency:
 
 
 def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
-              bias: Optional[Tensor] = None) -> Tensor:
+              bias: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """out[d] = sum over edges (s -> d) of a_e x[s] (+ bias) for 2-D x,
     already checked, and a bias of x's width; a_e from ``mode`` and
-    ``weight_csr``. A bias of x's dtype is added inside the aggregation,
-    any other (an fp32 bias under autocast) after it, promoting as torch
-    does. Where nothing needs a gradient (inference) the autograd Function
-    is skipped; the CSR^T is built where config.spmm_backward says (lazily
-    by default)."""
-    edge_values = normalized_values(graph, weight_csr, mode, x.dtype)
+    ``weight_csr``; out in ``out_dtype`` (default x's; float32 for 16-bit x
+    reads x as it is, with float32 a_e (the kernels' mixed form); any other
+    dtype converts x first). A bias of out's dtype is added inside the
+    aggregation, any other (an fp32 bias of a 16-bit out under autocast)
+    after it, promoting as torch does. Where nothing needs a gradient
+    (inference) the autograd Function is skipped; the CSR^T is built where
+    config.spmm_backward says (lazily by default)."""
+    out_dtype = x.dtype if out_dtype is None else out_dtype
+    mixed = out_dtype == torch.float32 and x.dtype in HALF_DTYPES
+    if out_dtype != x.dtype and not mixed:  # e.g. float64 weights: PyG's float64 messages
+        x = x.to(out_dtype)
+    edge_values = normalized_values(graph, weight_csr, mode, out_dtype)
     values = edge_values.values
+    spmm_out = out_dtype if mixed else None
     needs_grad = x.requires_grad or values.requires_grad or (
         bias is not None and bias.requires_grad)
-    promoting = bias is not None and bias.dtype != x.dtype
+    promoting = bias is not None and bias.dtype != out_dtype
     if not (torch.is_grad_enabled() and needs_grad):
         out = spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False,
-                           None if promoting else bias)
+                           None if promoting else bias, spmm_out)
         return out + bias if promoting else out
     backward = config.spmm_backward
     if backward == "auto" and torch.compiler.is_compiling():
@@ -98,21 +115,23 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     if native is not None:
         return native
     if promoting:
-        return _spmm_function(graph, edge_values, x, None, backward) + bias
-    return _spmm_function(graph, edge_values, x, bias, backward)
+        return _spmm_function(graph, edge_values, x, None, backward, spmm_out) + bias
+    return _spmm_function(graph, edge_values, x, bias, backward, spmm_out)
 
 
 def _spmm_function(graph: Graph, edge_values, x: Tensor, bias: Optional[Tensor],
-                   backward: str) -> Tensor:
+                   backward: str, out_dtype: Optional[torch.dtype]) -> Tensor:
     """SpmmFunction over the graph with config.spmm_backward's ``backward``
-    mode (as :func:`propagate` resolved it)."""
+    mode (as :func:`propagate` resolved it), its output in ``out_dtype``
+    (None: x's)."""
     a = (graph.rowptr, graph.col, edge_values.values)
     if backward == "materialized":
         t = graph.transpose
         return SpmmFunction.apply(*a, t.rowptr, t.col, edge_values.values_t, x, False,
-                                  graph.num_dst, None, bias)
+                                  graph.num_dst, None, bias, out_dtype)
     lazy = LazyTranspose(graph, edge_values) if backward == "auto" else None
-    return SpmmFunction.apply(*a, None, None, None, x, False, graph.num_dst, lazy, bias)
+    return SpmmFunction.apply(*a, None, None, None, x, False, graph.num_dst, lazy, bias,
+                              out_dtype)
 
 
 def input_edge_weight(graph: Graph, edge_weight: Optional[Tensor], who: str) -> Optional[Tensor]:
