@@ -252,6 +252,22 @@ def test_compile_without_graph_breaks():
     assert relative_error(out, out_ref) < 1e-6 and relative_error(gx, gx_ref) < 1e-6
 
 
+def test_compile_under_autocast_gives_the_eager_dtype_and_values():
+    """The mixed SpMM (bf16 X W, float32 messages) traced as the custom op
+    with its out_dtype, forward and backward."""
+    graph = Graph.from_input(random_graph(60, 60, 300, seed=37), num_nodes=60)
+    conv = GCNConv(8, 16)
+    x = torch.randn(60, 8, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = conv(x, graph)  # also fills the Graph's caches
+        got = torch.compile(conv, backend="aot_eager", fullgraph=True)(x, graph)
+    assert got.dtype == expected.dtype == torch.float32
+    assert relative_error(got, expected) < 1e-6
+    (g_got,) = torch.autograd.grad(got.sum(), x)
+    (g_expected,) = torch.autograd.grad(expected.sum(), x)
+    assert relative_error(g_got, g_expected) < 1e-6
+
+
 # ---------------------------------------------------------------- CUDA
 @pytest.mark.cuda
 @pytest.mark.parametrize("weighted", [False, True])
