@@ -149,6 +149,9 @@ RUN_TITLES = {
         "few hubs' chunks went to a block each, H200 (issues 8, 9)",
     "results_h200_hub_items_minibatch":
         "Every mini-batch layer after few hubs' chunks went to a block each (issues 5, 7-9)",
+    "results_h200_mixed_spmm_minibatch":
+        "Every mini-batch layer after GCNConv's autocast messages went to PyG's float32 "
+        "(one mixed SpMM) (issues 5, 7-9)",
     "results_h200_gatv2_out_bias":
         "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
         "H200 (issue 8)",
