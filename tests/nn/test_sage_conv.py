@@ -631,8 +631,8 @@ def test_cuda_ties_match_pyg(aggr, paths):
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 @pytest.mark.parametrize("aggr", FUSED_AGGRS)
 def test_bf16_autocast(aggr, device):
-    """Under bf16 autocast our error against PyG in fp32 stays within twice
-    PyG's own bf16 error (plus a floor)."""
+    """Under bf16 autocast the output has PyG's dtype, and our error against
+    PyG in fp32 stays within twice PyG's own bf16 error (plus a floor)."""
     edge_index = cuda_case(seed=64, device=device)
     x = torch.randn(600, 64, device=device)
     ours, ref = pair(64, 128, dtype=torch.float32, aggr=aggr, project=True)
@@ -640,6 +640,7 @@ def test_bf16_autocast(aggr, device):
     with torch.autocast(device, dtype=torch.bfloat16):
         got = run(ours, x, edge_index)
         ref_bf16 = run(ref, x, edge_index)
+    assert got[0].dtype == ref_bf16[0].dtype
     ref.zero_grad()
     expected = run(ref, x, edge_index)  # fp32 reference
     floor = TOLERANCE[torch.bfloat16]
