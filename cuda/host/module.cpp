@@ -88,8 +88,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
       "pygio_transformer_backward: [grad_q, grad_k, grad_v, grad_edge]");
   m.def("spmm", &spmm_autograd, "Y = A X + b with its backward in C++", py::arg("x"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
-        py::arg("materialize_work"), py::arg("deterministic"), py::arg("float_output"),
-        py::arg("fallback"));
+        py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
   m.def("transformer_attention", &transformer_autograd,
         "graph-transformer attention [out, lse] with its backward in C++", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("packed"), py::arg("edge"), py::arg("structure"),

@@ -2,9 +2,9 @@
 // small graph, where Python's autograd.Function costs more than the kernels.
 //
 //   forward:  Y = A X + b          (A = rowptr, col, values; CSR, rows of Y;
-//                                  Y in float32 for 16-bit X where asked
-//                                  (float32 values), else in X's dtype; b
-//                                  of another dtype than Y's added after,
+//                                  Y in the values' dtype: X's, or float32
+//                                  for 16-bit X (the kernels' mixed form);
+//                                  b of another dtype than Y's added after,
 //                                  promoting)
 //   backward: dX = A^T dY          over the CSR^T (rowptr_t, col_t, values_t)
 //                                  where given, else as a transposed SpMM
@@ -85,9 +85,9 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
   // in b's dtype.
   static Tensor forward(AutogradContext* ctx, const Tensor& x,
                         const c10::optional<Tensor>& bias, Csr a, Csr a_t, int64_t num_cols,
-                        int64_t materialize_work, bool deterministic, bool float_output,
+                        int64_t materialize_work, bool deterministic,
                         const py::object& fallback) {
-    const auto out_dtype = float_output ? torch::kFloat : x.scalar_type();
+    const auto out_dtype = a.values.scalar_type();  // x's, or float32 for 16-bit x
     const bool promoting = bias.has_value() && bias->scalar_type() != out_dtype;
     ctx->saved_data["has_bias"] = bias.has_value();
     ctx->saved_data["promoting"] = promoting;
@@ -176,8 +176,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
 
 Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
                      const py::tuple& a, const py::object& a_t, int64_t num_cols,
-                     int64_t materialize_work, bool deterministic, bool float_output,
-                     const py::object& fallback) {
+                     int64_t materialize_work, bool deterministic, const py::object& fallback) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   TORCH_CHECK(native.spmm_csr != nullptr, "pyg_ioaware host extension: set_native first");
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.stride(1) == 1,
@@ -185,7 +184,7 @@ Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
   Csr transposed{Tensor(), Tensor(), Tensor(), -1};
   if (!a_t.is_none()) transposed = csr_from_python(a_t);
   return SpmmFunction::apply(x, bias, csr_from_python(a), transposed, num_cols,
-                             materialize_work, deterministic, float_output, fallback);
+                             materialize_work, deterministic, fallback);
 }
 
 }  // namespace pygio_host

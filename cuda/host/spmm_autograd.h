@@ -6,13 +6,12 @@
 namespace pygio_host {
 
 // Y = A X + b as one autograd node: a = (rowptr, col, values, degree bound),
-// a_t the same of the CSR^T or None, num_cols = rows of x; Y in float32
-// with float_output (16-bit x, float32 values), else in x's dtype;
-// `fallback` is the Python object (ops.spmm.NativeAutogradFallback) asked
-// for what needs Python.
+// a_t the same of the CSR^T or None, num_cols = rows of x; Y in the
+// values' dtype (x's, or float32 for 16-bit x); `fallback` is the Python
+// object (ops.spmm.NativeAutogradFallback) asked for what needs Python.
 torch::Tensor spmm_autograd(const torch::Tensor& x, const c10::optional<torch::Tensor>& bias,
                             const py::tuple& a, const py::object& a_t, int64_t num_cols,
-                            int64_t materialize_work, bool deterministic, bool float_output,
+                            int64_t materialize_work, bool deterministic,
                             const py::object& fallback);
 
 }  // namespace pygio_host

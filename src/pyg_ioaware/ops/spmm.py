@@ -50,15 +50,21 @@ from .spmm_backends import FAMILY, OwnCsrBackend, SpmmCall, own_degree_bound, ru
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 
 
+def mixed_call(x_dtype: torch.dtype, out_dtype: torch.dtype) -> bool:
+    """Whether an SpMM of x in ``x_dtype`` writing ``out_dtype`` is one the
+    kernels make in the mixed form: float32 Y of 16-bit x, or 16-bit Y of
+    float32 x (float32 values and bias)."""
+    return ((x_dtype in HALF_DTYPES and out_dtype == torch.float32)
+            or (x_dtype == torch.float32 and out_dtype in HALF_DTYPES))
+
+
 def spmm_values_dtype(x_dtype: torch.dtype, out_dtype: Optional[torch.dtype],
                       who: str = "pyg_ioaware::spmm") -> torch.dtype:
     """The dtype an SpMM's values and bias must have: x's, or float32 for a
-    mixed call (``out_dtype`` float32 with 16-bit x, or 16-bit with float32
-    x); any other ``out_dtype`` than x's is a TypeError."""
+    :func:`mixed_call`; any other ``out_dtype`` than x's is a TypeError."""
     if out_dtype is None or out_dtype == x_dtype:
         return x_dtype
-    if ((x_dtype in HALF_DTYPES and out_dtype == torch.float32)
-            or (x_dtype == torch.float32 and out_dtype in HALF_DTYPES)):
+    if mixed_call(x_dtype, out_dtype):
         return torch.float32
     raise TypeError(f"{who}: out_dtype must be x's dtype ({x_dtype}), float32 for 16-bit x or "
                     f"16-bit for float32 x, got {out_dtype}")
@@ -284,8 +290,8 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     nnz, width = graph.num_edges, x.size(1)
     if extension is None or nnz == 0 or width == 0 or graph.num_src == 0:
         return None
-    float_output = edge_values.values.dtype != x.dtype  # mixed: our kernels, untuned
-    if not float_output and not edge_values.own_kernels.get(width, False):
+    mixed = edge_values.values.dtype != x.dtype  # float32 Y of 16-bit x: our kernels, untuned
+    if not mixed and not edge_values.own_kernels.get(width, False):
         names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz, (
             ("forward", graph.num_dst), ("transposed", graph.num_dst), ("forward", graph.num_src)))
         if names is None or any(name != OwnCsrBackend.name for name in names):
@@ -298,7 +304,7 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     return extension.spmm(x, None if bias is None else bias.contiguous(), a,
                           fallback.transpose() if has_transpose else None, graph.num_src,
                           LazyTranspose.MATERIALIZE_WORK,
-                          torch.are_deterministic_algorithms_enabled(), float_output, fallback)
+                          torch.are_deterministic_algorithms_enabled(), fallback)
 
 
 # ------------------------------------------------------------------ SDDMM

@@ -244,12 +244,13 @@ class CusparseBackend:
         return plan.run(call)
 
 
+_OWN_CSR, _TORCH = OwnCsrBackend(), TorchBackend()  # also run_spmm's for mixed calls
 # Registration order: the preference where :func:`preference` says nothing.
-for _backend in (OwnCsrBackend(),
+for _backend in (_OWN_CSR,
                  CusparseBackend("cusparse-alg2", 6, transposable=True),
                  CusparseBackend("cusparse-alg3", 12, transposable=False),
                  CusparseBackend("cusparse-alg1", 4, transposable=True),
-                 TorchBackend()):
+                 _TORCH):
     tuning.register_backend(FAMILY, _backend)
 del _backend
 
@@ -276,10 +277,6 @@ def run_with_backend(name: str, rowptr: Tensor, col: Tensor, values: Tensor, x: 
     backend = next(b for b in tuning.backends(FAMILY) if b.name == name)
     return backend.run(SpmmCall(rowptr, col, values, x, num_out, transpose,
                                 state=structure_state(rowptr)))
-
-
-_OWN_CSR = OwnCsrBackend()
-_TORCH = TorchBackend()
 
 
 def run_spmm(call: SpmmCall) -> Tensor:

@@ -18,7 +18,7 @@ from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
 from .normalize import normalized_values, weights_in_csr_order
-from .spmm import HALF_DTYPES, LazyTranspose, SpmmFunction, native_autograd_spmm, spmm_trusted
+from .spmm import LazyTranspose, SpmmFunction, mixed_call, native_autograd_spmm, spmm_trusted
 
 FLOWS = ("source_to_target", "target_to_source")
 
@@ -94,7 +94,7 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     (inference) the autograd Function is skipped; the CSR^T is built where
     config.spmm_backward says (lazily by default)."""
     out_dtype = x.dtype if out_dtype is None else out_dtype
-    mixed = out_dtype == torch.float32 and x.dtype in HALF_DTYPES
+    mixed = mixed_call(x.dtype, out_dtype)
     if out_dtype != x.dtype and not mixed:  # e.g. float64 weights: PyG's float64 messages
         x = x.to(out_dtype)
     edge_values = normalized_values(graph, weight_csr, mode, out_dtype)
