@@ -1,7 +1,7 @@
 """Where a mini-batch training step's host time goes: cProfile over steps of
 the 2-layer model of the bench's mini-batch cases, a new edge_index every
-step, for our layers and PyG's, with the step's wall time and CUDA kernel
-count.
+step (or, with --same-graph, each batch's own tensor: cached graphs), for
+our layers and PyG's, with the step's wall time and CUDA kernel count.
 
     python scripts/profile_step.py --cases gcn,sage-mean,gatv2,transformer --size small
 
@@ -22,10 +22,11 @@ from pyg_ioaware.bench.minibatch import SIZES, LEARNING_RATE, TwoLayer, generate
     train_step
 
 
-def run_steps(model, optimizer, batches, steps, precision):
+def run_steps(model, optimizer, batches, steps, precision, new_graph=True):
     for i in range(steps):
         batch = batches[i % len(batches)]
-        train_step(model, optimizer, batch, batch.edge_index.clone(), precision)
+        edge_index = batch.edge_index.clone() if new_graph else batch.edge_index
+        train_step(model, optimizer, batch, edge_index, precision)
 
 
 def main() -> None:
@@ -37,25 +38,28 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=25, help="functions listed per profile")
     parser.add_argument("--kernels", type=int, default=0,
                         help="list this many CUDA ops per step by count, ours and PyG's")
+    parser.add_argument("--same-graph", action="store_true",
+                        help="reuse each batch's edge_index (cached graphs) instead of a clone")
     parser.add_argument("--profile-pyg", action="store_true",
                         help="also list PyG's layers' profile (by default only ours)")
     args = parser.parse_args()
 
     size = SIZES[args.size]
+    new_graph = not args.same_graph
     batches = generate_batches(size, device="cuda")
     for case in select(args.cases, MINIBATCH_CASES):
         for impl, make in (("ours", case.make_ours), ("pyg", case.make_pyg)):
             torch.manual_seed(0)
             model = TwoLayer(make, size.channels).cuda()
             optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-            run_steps(model, optimizer, batches, 2 * len(batches), args.precision)
+            run_steps(model, optimizer, batches, 2 * len(batches), args.precision, new_graph)
             torch.cuda.synchronize()
             start = time.perf_counter()
-            run_steps(model, optimizer, batches, args.steps, args.precision)
+            run_steps(model, optimizer, batches, args.steps, args.precision, new_graph)
             torch.cuda.synchronize()
             wall_ms = (time.perf_counter() - start) * 1e3 / args.steps
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                run_steps(model, optimizer, batches, len(batches), args.precision)
+                run_steps(model, optimizer, batches, len(batches), args.precision, new_graph)
                 torch.cuda.synchronize()
             kernels = sum(e.count for e in prof.key_averages()
                           if e.device_type == torch.autograd.DeviceType.CUDA)
@@ -75,7 +79,7 @@ def main() -> None:
                 continue
             profiler = cProfile.Profile()
             profiler.enable()
-            run_steps(model, optimizer, batches, args.steps, args.precision)
+            run_steps(model, optimizer, batches, args.steps, args.precision, new_graph)
             torch.cuda.synchronize()
             profiler.disable()
             for key in ("tottime", "cumulative"):
