@@ -571,6 +571,39 @@ def test_cuda_native_index_statistics():
     assert _native.edge_index_stats(extreme) == (0, 0, 2**62, 2**63 - 1, True, 1, 0)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("entries", [True, False])
+def test_cuda_native_statistics_write_the_grouped_csr(entries):
+    """The statistics' launch with the CSR outputs (a new graph's build in
+    one launch): the same statistics as without, and where the edges are
+    grouped and in range the CSR pygio_csr_from_grouped writes, for both
+    index widths in and out and any layout; ungrouped, negative or out of
+    range indices give a meaningless CSR, written in bounds (memcheck)."""
+    from pyg_ioaware import _native
+
+    gen = torch.Generator().manual_seed(8)
+    for num_edges in (1, 257, 100_000):
+        for dtype in (torch.int32, torch.int64):
+            edge_index = torch.randint(-3, 60, (2, num_edges), generator=gen).to(dtype)
+            for grouped in (False, True):
+                ei = edge_index[:, torch.argsort(edge_index[1])] if grouped else edge_index
+                for layout in _layouts(ei.cuda()):
+                    expected = _native.edge_index_stats(layout)
+                    for index_dtype in (torch.int32, torch.int64):
+                        for num_rows in (45, 70):
+                            stats, csr = _native.grouped_csr_and_stats(layout, num_rows,
+                                                                       index_dtype, entries)
+                            assert stats == expected
+                            assert len(csr) == (3 if entries else 1)
+                            assert all(t.dtype == index_dtype for t in csr)
+                            in_range = stats.min_dst >= 0 and stats.max_dst < num_rows
+                            if not (stats.grouped and in_range):
+                                continue
+                            want = _native.csr_from_grouped(layout, num_rows, index_dtype)
+                            for got, reference in zip(csr, want):
+                                assert torch.equal(got, reference)
+
+
 def test_cpu_index_statistics_match_the_native_contract():
     """The CPU pass (the CUDA pass's twin) on a grouped graph with loops."""
     from pyg_ioaware.graph import _index_stats

@@ -905,6 +905,14 @@ def test_graph_build_entries_check_their_parameters():
         (dict(edges=edges(dst_stride=-1), stats=_int64_at(16)), "strides"),
         (dict(edges=edges()), "stats must not be NULL"),
     ]
+    csr = dict(edges=edges(), stats=_int64_at(16), out_rowptr=16, out_col=16, out_row=16,
+               out_index_bits=32, num_rows=3)
+    stats_cases += [  # the CSR written in the same pass
+        (dict(csr, out_index_bits=16), "out_index_bits must be 32 or 64"),
+        (dict(csr, num_rows=-1), "num_rows must be non-negative"),
+        (dict(csr, num_rows=0), "at least one row"),
+        (dict(csr, out_row=None), "out_col and out_row must be set together"),
+    ]
     for fields, expected in stats_cases:
         status, message = _call("pygio_edge_index_stats",
                                 _params("pygio_edge_stats_params", **fields))
@@ -915,13 +923,38 @@ def test_graph_build_entries_check_their_parameters():
         (dict(outputs, num_rows=-1), "num_rows must be non-negative"),
         (dict(outputs, num_rows=0), "at least one row"),
         (dict(outputs, out_rowptr=None), "out_rowptr must not be NULL"),
-        (dict(outputs, out_col=None), "out_col and out_row must not be NULL"),
+        (dict(outputs, out_col=None, out_row=None), "out_col and out_row must not be NULL"),
+        (dict(outputs, out_col=None), "out_col and out_row must be set together"),
     ]
     for fields, expected in build_cases:
         status, message = _call("pygio_csr_from_grouped",
                                 _params("pygio_csr_from_grouped_params", edges=edges(),
                                         **fields))
         assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
+
+
+@needs_library
+@pytest.mark.cuda
+def test_edge_stats_rows_must_be_device_or_pinned_memory():
+    """pygio_edge_index_stats writes its rows straight into device or pinned
+    host memory; pageable host memory, which the kernel cannot reach, is
+    refused before any launch."""
+    edge_index = torch.tensor([[0, 1], [1, 1]], device="cuda")
+    rows = _native.edge_stats_rows(2)  # one: two edges
+    pageable = (ctypes.c_int64 * (rows * _native.EDGE_STATS))()
+    params = _params("pygio_edge_stats_params", device=0, edges=_native._edges(edge_index),
+                     stats=ctypes.cast(pageable, ctypes.POINTER(ctypes.c_int64)),
+                     stream=torch.cuda.current_stream().cuda_stream)
+    status, message = _call("pygio_edge_index_stats", params)
+    assert status == PYGIO_ERR_INVALID_ARGUMENT
+    assert "stats must be device memory or pinned host memory" in message
+    pinned = torch.full((rows + 1, _native.EDGE_STATS), -1, dtype=torch.int64,
+                        pin_memory=True)
+    params.stats = ctypes.cast(pinned.data_ptr(), ctypes.POINTER(ctypes.c_int64))
+    assert _call("pygio_edge_index_stats", params)[0] == 0
+    torch.cuda.synchronize()
+    assert pinned[:rows, :-1].amin(0).tolist()[:2] == [0, 1] and pinned[:rows, -1].sum() == 1
+    assert (pinned[rows:] == -1).all()  # no row past what the launch writes
 
 
 @needs_library

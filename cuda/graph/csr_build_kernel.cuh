@@ -1,7 +1,7 @@
 // Building a CSR graph by destination from an edge list (contracts in
-// pyg_ioaware.h): one pass for the index range and the grouping check, one
-// for the grouped case's CSR. Together they replace about a dozen small
-// torch launches per new mini-batch graph.
+// pyg_ioaware.h): one pass for the index range and the grouping check, which
+// can write the grouped case's CSR as it goes, or a pass for that CSR alone.
+// They replace about a dozen small torch launches per new mini-batch graph.
 #pragma once
 
 #include <stdint.h>
@@ -11,37 +11,69 @@
 
 namespace pygio {
 
-// Slots of the stats (pygio_edge_index_stats). The first kNumMinSlots are
-// reduced with atomicMin from kStatsInit: maxima are kept bitwise-negated (~v
-// orders opposite to v and never overflows), and kOrder drops to 0 where an
-// edge's destination is below its predecessor's. kSelfLoops is a count,
-// summed with atomicAdd from 0.
+// Slots of the stats (pygio_edge_index_stats). The first kNumMinSlots reduce
+// by min from kStatsInit: maxima are kept bitwise-negated (~v orders opposite
+// to v and never overflows), and kOrder drops to 0 where an edge's
+// destination is below its predecessor's. kSelfLoops is a count, summed
+// from 0.
 enum StatsSlot {
   kMinSrc = 0, kMinDst, kNotMaxSrc, kNotMaxDst, kOrder, kNotLongestRun, kNumMinSlots,
   kSelfLoops = kNumMinSlots, kNumStats
 };
 static_assert(kNumStats == PYGIO_EDGE_STATS, "pyg_ioaware.h names the stats' count");
-constexpr long long kStatsInit = 0x7f7f7f7f7f7f7f7fLL;  // memset byte 0x7f
-constexpr unsigned char kStatsInitByte = 0x7f;
+constexpr long long kStatsInit = 0x7f7f7f7f7f7f7f7fLL;
 
 template <typename index_t>
 __device__ __forceinline__ long long edge_entry(const void* base, int64_t stride, int64_t e) {
   return static_cast<long long>(static_cast<const index_t*>(base)[e * stride]);
 }
 
-// Grid-stride over the edges; each block reduces its threads' stats in
-// shared memory and merges them into p.stats with one atomic per slot. A
-// run's length is found by the thread at its first edge (binary search).
-template <typename Traits>
+// The first e in [0, num_edges) with dst[e] >= r (num_edges where none), for
+// dst non-decreasing (any dst: some e in [0, num_edges]).
+template <typename index_t>
+__device__ __forceinline__ int64_t first_edge_at_or_after(const pygio_edges& edges, int64_t r) {
+  return first_true(0, edges.num_edges, [&](int64_t i) {
+    return edge_entry<index_t>(edges.dst, edges.dst_stride, i) >= r;
+  });
+}
+
+// Item i of the CSR of grouped edges (pygio_csr_from_grouped): edge i into
+// col / row (where col is set), rowptr[i] by binary search (no serial walk
+// over empty rows, however many there are). In bounds for any edges: i
+// below max(num_edges, num_rows + 1) writes only entry i of each output.
+template <typename index_t, typename out_t>
+__device__ __forceinline__ void grouped_csr_item(const pygio_edges& edges, int64_t num_rows,
+                                                 out_t* rowptr, out_t* col, out_t* row,
+                                                 int64_t i) {
+  if (i < edges.num_edges && col != nullptr) {
+    col[i] = static_cast<out_t>(edge_entry<index_t>(edges.src, edges.src_stride, i));
+    row[i] = static_cast<out_t>(edge_entry<index_t>(edges.dst, edges.dst_stride, i));
+  }
+  if (i <= num_rows) rowptr[i] = static_cast<out_t>(first_edge_at_or_after<index_t>(edges, i));
+}
+
+// Grid-stride over the edges (and, where p.out_rowptr is set, the CSR's
+// items: max(num_edges, num_rows + 1)); each block reduces its threads' stats
+// in shared memory and writes them to its own row of p.stats (no atomics, so
+// nothing to initialize). A run's length is found by the thread at its first
+// edge (binary search).
+template <typename Traits, typename out_t>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    edge_stats_kernel(const __grid_constant__ pygio_edge_stats_params p) {
+    edge_stats_kernel(const __grid_constant__ pygio_edge_stats_params p, int64_t* stats_rows) {
   using index_t = typename Traits::index_t;
   const pygio_edges& edges = p.edges;
+  auto* rowptr = static_cast<out_t*>(p.out_rowptr);
+  auto* col = static_cast<out_t*>(p.out_col);
+  auto* row = static_cast<out_t*>(p.out_row);
   long long stats[kNumStats];
   for (int s = 0; s < kNumMinSlots; ++s) stats[s] = kStatsInit;
   stats[kSelfLoops] = 0;
-  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       e < edges.num_edges; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const int64_t items =
+      rowptr == nullptr ? edges.num_edges : max(edges.num_edges, p.num_rows + 1);
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < items;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (rowptr != nullptr) grouped_csr_item<index_t>(edges, p.num_rows, rowptr, col, row, e);
+    if (e >= edges.num_edges) continue;
     const long long src = edge_entry<index_t>(edges.src, edges.src_stride, e);
     const long long dst = edge_entry<index_t>(edges.dst, edges.dst_stride, e);
     stats[kMinSrc] = min(stats[kMinSrc], src);
@@ -71,41 +103,21 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     long long v = block_stats[0][s];
     for (int w = 1; w < Traits::kWarpsPerBlock; ++w)
       v = s == kSelfLoops ? v + block_stats[w][s] : min(v, block_stats[w][s]);
-    auto* slot = reinterpret_cast<unsigned long long*>(&p.stats[s]);
-    if (s == kSelfLoops) atomicAdd(slot, static_cast<unsigned long long>(v));
-    else atomicMin(reinterpret_cast<long long*>(slot), v);
+    stats_rows[blockIdx.x * static_cast<int64_t>(kNumStats) + s] = v;
   }
 }
 
-// The first e in [0, num_edges) with dst[e] >= r (num_edges where none), for
-// dst non-decreasing.
-template <typename index_t>
-__device__ __forceinline__ int64_t first_edge_at_or_after(const pygio_edges& edges, int64_t r) {
-  return first_true(0, edges.num_edges, [&](int64_t i) {
-    return edge_entry<index_t>(edges.dst, edges.dst_stride, i) >= r;
-  });
-}
-
-// Grid-stride over max(num_edges, num_rows + 1): entry i copies edge i into
-// col / row and finds rowptr[i] by binary search (no serial walk over empty
-// rows, however many there are).
+// Grid-stride over max(num_edges, num_rows + 1): grouped_csr_item each.
 template <typename Traits, typename out_t>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     csr_from_grouped_kernel(const __grid_constant__ pygio_csr_from_grouped_params p) {
-  using index_t = typename Traits::index_t;
-  const pygio_edges& edges = p.edges;
-  auto* rowptr = static_cast<out_t*>(p.out_rowptr);
-  auto* col = static_cast<out_t*>(p.out_col);
-  auto* row = static_cast<out_t*>(p.out_row);
-  const int64_t work = max(edges.num_edges, p.num_rows + 1);
+  const int64_t work = max(p.edges.num_edges, p.num_rows + 1);
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < work;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    if (i < edges.num_edges) {
-      col[i] = static_cast<out_t>(edge_entry<index_t>(edges.src, edges.src_stride, i));
-      row[i] = static_cast<out_t>(edge_entry<index_t>(edges.dst, edges.dst_stride, i));
-    }
-    if (i <= p.num_rows) rowptr[i] = static_cast<out_t>(first_edge_at_or_after<index_t>(edges, i));
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    grouped_csr_item<typename Traits::index_t>(p.edges, p.num_rows,
+                                               static_cast<out_t*>(p.out_rowptr),
+                                               static_cast<out_t*>(p.out_col),
+                                               static_cast<out_t*>(p.out_row), i);
 }
 
 }  // namespace pygio

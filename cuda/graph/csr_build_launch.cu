@@ -25,37 +25,70 @@ int check_edges(const pygio_edges& edges, const char* entry) {
   return PYGIO_OK;
 }
 
+int check_grouped_csr_outputs(int64_t num_edges, int64_t num_rows, int32_t out_index_bits,
+                              const void* out_rowptr, const void* out_col, const void* out_row,
+                              const char* entry) {
+  PYGIO_CHECK_ARG(out_index_bits == 32 || out_index_bits == 64,
+                  entry_message(entry, "out_index_bits must be 32 or 64"));
+  PYGIO_CHECK_ARG(num_rows >= 0, entry_message(entry, "num_rows must be non-negative"));
+  PYGIO_CHECK_ARG(num_edges == 0 || num_rows > 0,
+                  entry_message(entry, "edges need at least one row"));
+  PYGIO_CHECK_ARG(out_rowptr != nullptr, entry_message(entry, "out_rowptr must not be NULL"));
+  PYGIO_CHECK_ARG((out_col == nullptr) == (out_row == nullptr),
+                  entry_message(entry, "out_col and out_row must be set together"));
+  return PYGIO_OK;
+}
+
 int check_edge_stats(const pygio_edge_stats_params& p, const char* entry) {
   PYGIO_TRY(check_edges(p.edges, entry));
   PYGIO_CHECK_ARG(p.edges.num_edges > 0, entry_message(entry, "num_edges must be positive"));
   PYGIO_CHECK_ARG(p.stats != nullptr, entry_message(entry, "stats must not be NULL"));
-  return PYGIO_OK;
+  if (p.out_rowptr == nullptr) return PYGIO_OK;
+  return check_grouped_csr_outputs(p.edges.num_edges, p.num_rows, p.out_index_bits,
+                                   p.out_rowptr, p.out_col, p.out_row, entry);
 }
 
 int check_csr_from_grouped(const pygio_csr_from_grouped_params& p, const char* entry) {
   PYGIO_TRY(check_edges(p.edges, entry));
-  PYGIO_CHECK_ARG(p.out_index_bits == 32 || p.out_index_bits == 64,
-                  entry_message(entry, "out_index_bits must be 32 or 64"));
-  PYGIO_CHECK_ARG(p.num_rows >= 0, entry_message(entry, "num_rows must be non-negative"));
-  PYGIO_CHECK_ARG(p.edges.num_edges == 0 || p.num_rows > 0,
-                  entry_message(entry, "edges need at least one row"));
-  PYGIO_CHECK_ARG(p.out_rowptr != nullptr, entry_message(entry, "out_rowptr must not be NULL"));
-  PYGIO_CHECK_ARG(p.edges.num_edges == 0 || (p.out_col != nullptr && p.out_row != nullptr),
+  PYGIO_TRY(check_grouped_csr_outputs(p.edges.num_edges, p.num_rows, p.out_index_bits,
+                                      p.out_rowptr, p.out_col, p.out_row, entry));
+  PYGIO_CHECK_ARG(p.edges.num_edges == 0 || p.out_col != nullptr,
                   entry_message(entry, "out_col and out_row must not be NULL"));
   return PYGIO_OK;
 }
 
+// The pointer the device writes `stats` through: itself for device memory,
+// the mapped address of pinned host memory (the same under unified
+// addressing); pageable host memory is refused.
+int stats_device_pointer(int64_t* stats, int64_t** device_pointer, const char* entry) {
+  cudaPointerAttributes attributes{};
+  PYGIO_CHECK_CUDA(cudaPointerGetAttributes(&attributes, stats));
+  PYGIO_CHECK_ARG(attributes.type == cudaMemoryTypeDevice ||
+                      attributes.type == cudaMemoryTypeHost ||
+                      attributes.type == cudaMemoryTypeManaged,
+                  entry_message(entry, "stats must be device memory or pinned host memory"));
+  *device_pointer = static_cast<int64_t*>(attributes.devicePointer);
+  PYGIO_CHECK_ARG(*device_pointer != nullptr,
+                  entry_message(entry, "stats is not mapped into the device's address space"));
+  return PYGIO_OK;
+}
+
 template <typename Traits>
-int launch_edge_stats(const pygio_edge_stats_params& p) {
+int launch_edge_stats(const pygio_edge_stats_params& p, const char* entry) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_CHECK_CUDA(
-      cudaMemsetAsync(p.stats, kStatsInitByte, kNumMinSlots * sizeof(int64_t), stream));
-  PYGIO_CHECK_CUDA(cudaMemsetAsync(p.stats + kNumMinSlots, 0,
-                                   (kNumStats - kNumMinSlots) * sizeof(int64_t), stream));
-  unsigned grid = 0;
-  PYGIO_TRY(resident_grid(p.edges.num_edges, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
-                          p.device, &grid));
-  edge_stats_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);
+  int64_t* stats_rows = nullptr;
+  PYGIO_TRY(stats_device_pointer(p.stats, &stats_rows, entry));
+  static_assert(Traits::kThreadsPerBlock == PYGIO_EDGE_STATS_ITEMS_PER_BLOCK,
+                "a block's first sweep covers the items of its row");
+  const int64_t items =
+      p.out_rowptr == nullptr ? p.edges.num_edges : std::max(p.edges.num_edges, p.num_rows + 1);
+  const auto grid = static_cast<unsigned>(PYGIO_EDGE_STATS_ROWS(items));
+  if (p.out_rowptr == nullptr || p.out_index_bits == 64)
+    edge_stats_kernel<Traits, int64_t>
+        <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, stats_rows);
+  else
+    edge_stats_kernel<Traits, int32_t>
+        <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, stats_rows);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   return PYGIO_OK;
 }
@@ -150,7 +183,7 @@ extern "C" int pygio_edge_index_stats(const pygio_edge_stats_params* params) {
   DeviceGuard guard;
   PYGIO_TRY(guard.set(params->device));
   PYGIO_TRY(PYGIO_DISPATCH_INDEX(params->edges.index_bits, [&] {
-    return launch_edge_stats<GraphTraits<index_t>>(*params);
+    return launch_edge_stats<GraphTraits<index_t>>(*params, __func__);
   }));
   return ok();
 }

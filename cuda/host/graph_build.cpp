@@ -1,29 +1,52 @@
 #include "graph_build.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/Exceptions.h>
+
+#include <algorithm>
 
 #include "native_api.h"
 
 namespace pygio_host {
 
-EdgeStatsRead::EdgeStatsRead(const torch::Tensor& edge_index) {
+EdgeStatsRead::EdgeStatsRead(const torch::Tensor& edge_index, int64_t num_rows,
+                             c10::ScalarType index_dtype, bool entries) {
   // torch's warnings (sync debug mode's) reach Python's warnings as from
   // any torch call, not stderr.
   torch::PyWarningHandler warnings;
-  torch::Tensor stats =
-      torch::empty({PYGIO_EDGE_STATS}, edge_index.options().dtype(torch::kLong));
+  // Pinned, written by the kernel itself: no memset and no copy to enqueue.
+  const int64_t items =
+      num_rows < 0 ? edge_index.size(1) : std::max(edge_index.size(1), num_rows + 1);
+  rows_ = torch::empty({PYGIO_EDGE_STATS_ROWS(items), PYGIO_EDGE_STATS},
+                       torch::dtype(torch::kLong).pinned_memory(true));
   pygio_edge_stats_params p{};
   p.struct_size = sizeof(p);
   p.device = edge_index.get_device();
   p.edges = edges_of(edge_index);
-  p.stats = stats.data_ptr<int64_t>();
+  p.stats = rows_.data_ptr<int64_t>();
+  if (num_rows >= 0) {
+    const auto options = edge_index.options().dtype(index_dtype);
+    csr_.push_back(torch::empty({num_rows + 1}, options));
+    if (entries) {
+      csr_.push_back(torch::empty({edge_index.size(1)}, options));
+      csr_.push_back(torch::empty({edge_index.size(1)}, options));
+    }
+    p.num_rows = num_rows;
+    p.out_index_bits = index_bits(index_dtype);
+    p.out_rowptr = csr_[0].data_ptr();
+    p.out_col = entries ? csr_[1].data_ptr() : nullptr;
+    p.out_row = entries ? csr_[2].data_ptr() : nullptr;
+  }
   p.stream = current_stream(edge_index);
   check(native.edge_index_stats(&p), "pygio_edge_index_stats");
-  host_ = torch::empty({PYGIO_EDGE_STATS}, torch::dtype(torch::kLong).pinned_memory(true));
-  host_.copy_(stats, /*non_blocking=*/true);
-  copied_.record(c10::cuda::getCurrentCUDAStream(edge_index.get_device()));
+  const auto stream = c10::cuda::getCurrentCUDAStream(edge_index.get_device());
+  written_.record(stream);
+  // Should this read be dropped unread, torch's pinned-memory cache must not
+  // hand the rows to anyone else before the kernel is done with them.
+  const auto& storage = rows_.storage().data_ptr();
+  at::getHostAllocator(at::kCUDA)->record_event(storage.get(), storage.get_context(), stream);
 }
 
 std::vector<int64_t> EdgeStatsRead::read() const {
@@ -33,10 +56,20 @@ std::vector<int64_t> EdgeStatsRead::read() const {
     torch::PyWarningHandler warnings;
     c10::cuda::warn_or_error_on_sync();
   }
-  py::gil_scoped_release no_gil;  // other Python threads run while this one waits
-  copied_.synchronize();
-  const int64_t* values = host_.data_ptr<int64_t>();
-  return std::vector<int64_t>(values, values + PYGIO_EDGE_STATS);
+  std::vector<int64_t> stats(PYGIO_EDGE_STATS);
+  {
+    py::gil_scoped_release no_gil;  // other Python threads run while this one waits
+    written_.synchronize();
+    // Every block's row: the first values reduce by min, the last (self loops) by sum.
+    const int64_t* rows = rows_.data_ptr<int64_t>();
+    std::copy(rows, rows + PYGIO_EDGE_STATS, stats.begin());
+    for (int64_t b = 1; b < rows_.size(0); ++b) {
+      const int64_t* row = rows + b * PYGIO_EDGE_STATS;
+      for (int s = 0; s + 1 < PYGIO_EDGE_STATS; ++s) stats[s] = std::min(stats[s], row[s]);
+      stats[PYGIO_EDGE_STATS - 1] += row[PYGIO_EDGE_STATS - 1];
+    }
+  }
+  return stats;
 }
 
 std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index) {

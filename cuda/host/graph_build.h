@@ -18,19 +18,27 @@
 namespace pygio_host {
 
 // The statistics of one CUDA edge_index [2, E], E > 0, on their way to the
-// host: the constructor enqueues pygio_edge_index_stats, a copy into pinned
-// memory and an event after it, and returns without waiting; read() waits
-// for that copy only (the build's one host wait, reported to torch's sync
-// debug mode, the GIL released meanwhile; called with the GIL held) and
-// gives the PYGIO_EDGE_STATS values as the kernel wrote them.
+// host: the constructor enqueues pygio_edge_index_stats, its kernel writing
+// its rows straight into pinned memory, and an event after it, and returns
+// without waiting; read() waits for that event only (the build's one host
+// wait, reported to torch's sync debug mode, the GIL released meanwhile;
+// called with the GIL held) and gives the PYGIO_EDGE_STATS values reduced
+// over the rows. With num_rows >= 0 the same launch writes the CSR of the
+// edges as if grouped by destination (pygio_csr_from_grouped's; meaningful
+// only where the values say they are grouped and in range): csr() gives
+// [rowptr [num_rows + 1]] or, with entries, [rowptr, col [E], row [E]] in
+// index_dtype, allocated here.
 class EdgeStatsRead {
  public:
-  explicit EdgeStatsRead(const torch::Tensor& edge_index);
+  explicit EdgeStatsRead(const torch::Tensor& edge_index, int64_t num_rows = -1,
+                         c10::ScalarType index_dtype = torch::kInt, bool entries = true);
   std::vector<int64_t> read() const;
+  const std::vector<torch::Tensor>& csr() const { return csr_; }
 
  private:
-  torch::Tensor host_;
-  c10::Event copied_{c10::DeviceType::CUDA};
+  torch::Tensor rows_;  // [PYGIO_EDGE_STATS_ROWS(items), PYGIO_EDGE_STATS], pinned
+  std::vector<torch::Tensor> csr_;
+  c10::Event written_{c10::DeviceType::CUDA};
 };
 
 // EdgeStatsRead(edge_index).read(): enqueued and read at once.

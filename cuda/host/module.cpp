@@ -21,7 +21,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 5;
+  m.attr("HOST_API_VERSION") = 6;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -100,8 +100,11 @@ PYBIND11_MODULE(_native_host_ext, m) {
         py::arg("dropout_p"), py::arg("seed"));
   py::class_<EdgeStatsRead>(m, "EdgeStatsRead",
                             "pygio_edge_index_stats enqueued, its values on their way")
-      .def(py::init<const torch::Tensor&>())
-      .def("read", &EdgeStatsRead::read, "the values (waits for their copy)");
+      .def(py::init<const torch::Tensor&, int64_t, c10::ScalarType, bool>(),
+           py::arg("edge_index"), py::arg("num_rows") = -1,
+           py::arg("index_dtype") = torch::kInt, py::arg("entries") = true)
+      .def("read", &EdgeStatsRead::read, "the values (waits for the kernel)")
+      .def("csr", &EdgeStatsRead::csr, "the CSR the same launch wrote, where asked");
   m.def("edge_index_stats", &edge_index_stats, "pygio_edge_index_stats, read back");
   m.def("csr_from_grouped", &csr_from_grouped, "pygio_csr_from_grouped");
   m.def("csr_add_self_loops", &csr_add_self_loops, "pygio_csr_add_self_loops");

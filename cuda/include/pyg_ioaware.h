@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 5
+#define PYGIO_ABI_VERSION 6
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -371,10 +371,12 @@ typedef struct {
 PYGIO_API int pygio_sddmm(const pygio_sddmm_params* params);
 
 /* ------------------------------------------------ graph from edges ---
- * A CSR graph by destination from an edge list, in two entries that a new
- * mini-batch graph calls once each (in place of about a dozen small
- * launches). The edge list: src[e] and dst[e] (source and destination of
- * edge e) at src + e * src_stride and dst + e * dst_stride, in index_bits.
+ * A CSR graph by destination from an edge list: a new mini-batch graph
+ * grouped by destination costs one launch (pygio_edge_index_stats with its
+ * CSR outputs; or the statistics started early and pygio_csr_from_grouped
+ * after them), in place of about a dozen small ones. The edge list: src[e]
+ * and dst[e] (source and destination of edge e) at src + e * src_stride and
+ * dst + e * dst_stride, in index_bits.
  */
 typedef struct {
   const void* src;
@@ -386,24 +388,49 @@ typedef struct {
 } pygio_edges;
 
 /*
- * Reads every edge once (enqueued, not waited for) into `stats`,
- * PYGIO_EDGE_STATS int64 of device memory: {min src, min dst, ~(max src),
- * ~(max dst), order, ~(longest run), self loops}, the maxima bitwise-negated
- * (as the kernel reduces them with atomicMin); order is 0 exactly where some
+ * Reads every edge once (enqueued, not waited for) in
+ * PYGIO_EDGE_STATS_ROWS(items) blocks, each writing the statistics of its
+ * share of the edges to its row of `stats` ([PYGIO_EDGE_STATS_ROWS(items),
+ * PYGIO_EDGE_STATS] int64; items: edges.num_edges, or with the CSR outputs
+ * below max(edges.num_edges, num_rows + 1)): {min src, min dst, ~(max src), ~(max dst),
+ * order, ~(longest run), self loops}, the maxima bitwise-negated (so that
+ * every value but the last reduces by min); order is 0 exactly where some
  * dst is below its predecessor's (the edges are not grouped by destination,
  * as neighbour samplers emit them); the longest run is the most consecutive
  * edges into one dst (the largest in-degree where the edges are grouped;
  * meaningless where they are not); self loops counts the edges with
- * src == dst. The caller reads them back (its one host synchronisation).
- * edges.num_edges must be > 0.
+ * src == dst. A block without edges writes 0x7f7f7f7f7f7f7f7f to the first
+ * six and 0 to the last. The statistics of all edges: the minimum of each of
+ * the first six over the rows, the sum of the last. `stats` is device memory
+ * or pinned host memory, which the kernel writes directly: the caller reads
+ * the rows after waiting for the stream (its one host synchronisation), with
+ * no copy and no memset enqueued. edges.num_edges must be > 0.
+ *
+ * With out_rowptr set, the same pass also writes the CSR by destination that
+ * pygio_csr_from_grouped writes (num_rows, out_index_bits, out_rowptr, and
+ * out_col and out_row where both are set), computed as if the edges were
+ * grouped by destination with every dst in [0, num_rows): meaningful only
+ * where the statistics then say so, and never an access out of bounds
+ * whatever the edges hold. A new graph's build thus costs one launch.
  */
 #define PYGIO_EDGE_STATS 7
+#define PYGIO_EDGE_STATS_BLOCKS 1024
+#define PYGIO_EDGE_STATS_ITEMS_PER_BLOCK 256
+#define PYGIO_EDGE_STATS_ROWS(items)                                            \
+  ((items) >= (int64_t)PYGIO_EDGE_STATS_BLOCKS * PYGIO_EDGE_STATS_ITEMS_PER_BLOCK \
+       ? (int64_t)PYGIO_EDGE_STATS_BLOCKS                                        \
+       : ((items) + PYGIO_EDGE_STATS_ITEMS_PER_BLOCK - 1) / PYGIO_EDGE_STATS_ITEMS_PER_BLOCK)
 
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_edge_stats_params) */
   int32_t device;
   pygio_edges edges;
-  int64_t* stats;
+  int64_t* stats;          /* [PYGIO_EDGE_STATS_ROWS(items), PYGIO_EDGE_STATS] */
+  int64_t num_rows;        /* the CSR's rows, where out_rowptr is set */
+  int32_t out_index_bits;  /* 32 or 64, where out_rowptr is set */
+  void* out_rowptr;        /* optional (NULL: statistics only) */
+  void* out_col;           /* optional, with out_row */
+  void* out_row;
   void* stream;
 } pygio_edge_stats_params;
 
@@ -411,7 +438,8 @@ PYGIO_API int pygio_edge_index_stats(const pygio_edge_stats_params* params);
 
 /*
  * For edges grouped by destination (dst non-decreasing) with every dst in
- * [0, num_rows), as pygio_edge_index_stats established: out_col[e] = src[e],
+ * [0, num_rows), as pygio_edge_index_stats established (which writes the
+ * same where asked, in the same pass): out_col[e] = src[e],
  * out_row[e] = dst[e] (num_edges entries each) and out_rowptr[r] = the first
  * e with dst[e] >= r, or num_edges where there is none (num_rows + 1
  * entries), all in out_index_bits.

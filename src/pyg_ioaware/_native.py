@@ -19,13 +19,13 @@ import os
 import pathlib
 import sys
 import threading
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 5
+ABI_VERSION = 6
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -442,6 +442,11 @@ class EdgeStatsParams(ctypes.Structure):
         ("device", ctypes.c_int32),
         ("edges", Edges),
         ("stats", ctypes.POINTER(ctypes.c_int64)),
+        ("num_rows", ctypes.c_int64),
+        ("out_index_bits", ctypes.c_int32),
+        ("out_rowptr", ctypes.c_void_p),
+        ("out_col", ctypes.c_void_p),
+        ("out_row", ctypes.c_void_p),
         ("stream", ctypes.c_void_p),
     ]
 
@@ -1231,8 +1236,17 @@ def _edges(edge_index: Tensor) -> Edges:
                  index_bits=index_bits(edge_index.dtype))
 
 
-# PYGIO_EDGE_STATS: the int64 values pygio_edge_index_stats writes.
+# PYGIO_EDGE_STATS: the int64 values of a row of pygio_edge_index_stats;
+# PYGIO_EDGE_STATS_BLOCKS and _ITEMS_PER_BLOCK: how many rows it writes.
 EDGE_STATS = 7
+EDGE_STATS_BLOCKS = 1024
+EDGE_STATS_ITEMS_PER_BLOCK = 256
+
+
+def edge_stats_rows(items: int) -> int:
+    """PYGIO_EDGE_STATS_ROWS: the rows pygio_edge_index_stats writes for
+    ``items`` (the edges, or with the CSR outputs max(edges, rows + 1))."""
+    return min(EDGE_STATS_BLOCKS, -(-items // EDGE_STATS_ITEMS_PER_BLOCK))
 
 
 class EdgeIndexStats(NamedTuple):
@@ -1249,45 +1263,59 @@ class EdgeIndexStats(NamedTuple):
     self_loops: int
 
 
-def _enqueue_edge_index_stats(edge_index: Tensor) -> Tensor:
-    """Enqueues one pass over a CUDA edge_index [2, E] with E > 0 and returns
-    its EDGE_STATS int64 values on the device, not yet read (contract:
-    pygio_edge_index_stats)."""
-    stats = torch.empty(EDGE_STATS, dtype=torch.int64, device=edge_index.device)
-    p, ref = _reused_params(EdgeStatsParams)
-    p.device, p.edges = edge_index.device.index, _edges(edge_index)
-    p.stats, p.stream = _int64_pointer(stats), stream_of(edge_index)
-    check(library().pygio_edge_index_stats(ref))
-    return stats
-
-
 class _EdgeStatsRead:
-    """The ctypes twin of the host extension's EdgeStatsRead: the statistics
-    enqueued, copied into pinned memory, an event after the copy; ``read()``
-    waits for the copy only and gives the raw values."""
-    __slots__ = ("host", "copied")
+    """The ctypes twin of the host extension's EdgeStatsRead: pygio_edge_index_stats
+    enqueued (its rows in device memory, then copied into pinned memory; with
+    ``num_rows >= 0`` the CSR of the same pass in ``index_dtype``), an event
+    after the copy; ``read()`` waits for the copy only and gives the raw
+    values reduced over the rows, ``csr()`` the CSR tensors."""
+    __slots__ = ("host", "copied", "tensors")
 
-    def __init__(self, edge_index: Tensor):
-        stats = _enqueue_edge_index_stats(edge_index)
-        self.host = torch.empty(EDGE_STATS, dtype=torch.int64, pin_memory=True)
-        self.host.copy_(stats, non_blocking=True)
+    def __init__(self, edge_index: Tensor, num_rows: int = -1,
+                 index_dtype: torch.dtype = torch.int32, entries: bool = True):
+        device = edge_index.device
+        items = edge_index.size(1) if num_rows < 0 else max(edge_index.size(1), num_rows + 1)
+        rows = torch.empty(edge_stats_rows(items), EDGE_STATS, dtype=torch.int64, device=device)
+        p, ref = _reused_params(EdgeStatsParams)
+        p.device, p.edges = device.index, _edges(edge_index)
+        p.stats, p.stream = _int64_pointer(rows), stream_of(edge_index)
+        self.tensors = []
+        p.out_rowptr = p.out_col = p.out_row = None
+        if num_rows >= 0:
+            sizes = [num_rows + 1] + ([edge_index.size(1)] * 2 if entries else [])
+            self.tensors = [torch.empty(size, dtype=index_dtype, device=device) for size in sizes]
+            p.num_rows, p.out_index_bits = num_rows, index_bits(index_dtype)
+            p.out_rowptr = self.tensors[0].data_ptr()
+            if entries:
+                p.out_col, p.out_row = self.tensors[1].data_ptr(), self.tensors[2].data_ptr()
+        check(library().pygio_edge_index_stats(ref))
+        self.host = torch.empty(rows.shape, dtype=torch.int64, pin_memory=True)
+        self.host.copy_(rows, non_blocking=True)
         self.copied = torch.cuda.Event()
-        self.copied.record(torch.cuda.current_stream(edge_index.device))
+        self.copied.record(torch.cuda.current_stream(device))
 
     def read(self) -> list:
         self.copied.synchronize()
-        return self.host.tolist()
+        return self.host[:, :-1].amin(0).tolist() + [int(self.host[:, -1].sum())]
+
+    def csr(self) -> List[Tensor]:
+        return self.tensors
 
 
-def start_edge_index_stats(edge_index: Tensor) -> Any:
-    """Starts one pass over a CUDA edge_index [2, E] with E > 0 and its copy
-    to the host, without waiting: an object whose ``read()`` waits for the
-    copy and gives the raw values (:func:`decode_edge_index_stats` decodes
-    them); from C++ where the host extension is loaded."""
+def start_edge_index_stats(edge_index: Tensor, num_rows: int = -1,
+                           index_dtype: torch.dtype = torch.int32, entries: bool = True) -> Any:
+    """Starts one pass over a CUDA edge_index [2, E] with E > 0 and its way
+    to the host, without waiting: an object whose ``read()`` waits for it
+    and gives the raw values (:func:`decode_edge_index_stats` decodes them);
+    with ``num_rows >= 0`` its ``csr()`` gives the CSR the same launch wrote
+    (pygio_edge_index_stats: [rowptr], or with ``entries`` [rowptr, col,
+    row], in ``index_dtype``; meaningful only where the values say the
+    edges are grouped and in range). From C++ where the host extension is
+    loaded."""
     host = _native_host.active()
     if host is None:
-        return _EdgeStatsRead(edge_index)
-    return _host_call(host.EdgeStatsRead, edge_index)
+        return _EdgeStatsRead(edge_index, num_rows, index_dtype, entries)
+    return _host_call(host.EdgeStatsRead, edge_index, num_rows, index_dtype, entries)
 
 
 def decode_edge_index_stats(stats: list) -> EdgeIndexStats:
@@ -1304,6 +1332,17 @@ def edge_index_stats(edge_index: Tensor) -> EdgeIndexStats:
     if host is not None:
         return decode_edge_index_stats(_host_call(host.edge_index_stats, edge_index))
     return decode_edge_index_stats(_EdgeStatsRead(edge_index).read())
+
+
+def grouped_csr_and_stats(edge_index: Tensor, num_rows: int, index_dtype: torch.dtype,
+                          entries: bool = True) -> Tuple[EdgeIndexStats, List[Tensor]]:
+    """One launch over a CUDA edge_index [2, E] with E > 0: its statistics,
+    read back (one host synchronisation), and the CSR by destination the
+    same pass wrote as if the edges were grouped ([rowptr], or with
+    ``entries`` [rowptr, col, row], in ``index_dtype``): a new mini-batch
+    graph's whole build where the statistics say grouped and in range."""
+    pending = start_edge_index_stats(edge_index, num_rows, index_dtype, entries)
+    return decode_edge_index_stats(pending.read()), list(pending.csr())
 
 
 def csr_from_grouped(edge_index: Tensor, num_rows: int,

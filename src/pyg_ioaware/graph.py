@@ -9,7 +9,9 @@ convention: rows are destinations, columns sources).
 Building it costs at most one sort and exactly one host synchronisation
 (the index-range check, which also finds out whether the edges are already
 grouped by destination, as PyG's neighbour samplers emit them; then no sort
-runs at all, and the largest in-degree comes with it: ``degree_bound``).
+runs at all, and the largest in-degree comes with it: ``degree_bound``). On
+CUDA, with the node counts given, that check writes the grouped case's CSR
+in the same launch: a sampler's graph is built by one kernel.
 Layers start that read before their projections (:func:`prefetch`) and
 wait for it after them, so the GPU keeps working meanwhile. It holds CSR
 by destination:
@@ -242,6 +244,10 @@ class Graph:
             num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
             return cls._build(edge_index, num_src, num_dst, input_values, grouped=True,
                               degree_bound=0)
+        if (num_nodes is not None and _native_build(edge_index)
+                and id(edge_index) not in _STATS_IN_FLIGHT):
+            num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
+            return cls._build_in_one_launch(edge_index, num_src, num_dst, input_values)
         stats = _index_stats(edge_index)  # the one host synchronisation
         num_src, num_dst = _resolve_num_nodes(num_nodes, max(stats.max_src, stats.max_dst) + 1)
         _check_index_range(stats, num_src, num_dst)
@@ -356,6 +362,26 @@ class Graph:
         return cls(rowptr=_rowptr(row, num_dst), col=col, row=row, num_src=num_src,
                    num_dst=num_dst, edge_perm=edge_perm, input_values=input_values,
                    degree_bound=degree_bound)
+
+    @classmethod
+    def _build_in_one_launch(cls, edge_index: Tensor, num_src: int, num_dst: int,
+                             input_values: Optional[Tensor]) -> "Graph":
+        """A CUDA edge_index's Graph from one native launch: its index
+        statistics (read back: the one host synchronisation) and, in the
+        same pass, its CSR as if grouped by destination, which the Graph
+        keeps where the statistics say it is (as samplers emit mini-batch
+        graphs); otherwise :meth:`_build` sorts. Row and column indices stay
+        views of edge_index where they need no conversion."""
+        index_dtype = _index_dtype(num_src, num_dst, edge_index.size(1))
+        views = index_dtype == edge_index.dtype and edge_index.stride(1) == 1
+        stats, csr = _native.grouped_csr_and_stats(edge_index, num_dst, index_dtype,
+                                                   entries=not views)
+        _check_index_range(stats, num_src, num_dst)
+        if not stats.grouped:
+            return cls._build(edge_index, num_src, num_dst, input_values, grouped=False)
+        col, row = (edge_index[0], edge_index[1]) if views else csr[1:]
+        return cls(rowptr=csr[0], col=col, row=row, num_src=num_src, num_dst=num_dst,
+                   input_values=input_values, degree_bound=stats.longest_run)
 
     # ------------------------------------------------------- derived views
     @torch.compiler.disable
