@@ -70,6 +70,12 @@ __device__ __forceinline__ acc_t entry_weight(const Params& p, int64_t e) {
   return acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
 }
 
+// deg^-1/2, 0 where deg = 0 (GCN's normalization).
+template <typename acc_t>
+__device__ __forceinline__ acc_t inv_sqrt_or_zero(acc_t deg) {
+  return deg == acc_t(0) ? acc_t(0) : acc_t(1) / sqrt(deg);
+}
+
 // Warp per row: deg(r) = sum of the row's entry_weight, in scalar_t's
 // accumulator type; deg_inv_sqrt[r] = deg^-1/2, 0 where deg = 0.
 template <typename Traits, typename scalar_t>
@@ -88,24 +94,34 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     for (int64_t e = rowptr[r] + lane; e < rowptr[r + 1]; e += kWarpSize)
       deg += entry_weight<acc_t>(p, e);
     deg = warp_sum(deg);
-    if (lane == 0) deg_inv_sqrt[r] = deg == acc_t(0) ? acc_t(0) : acc_t(1) / sqrt(deg);
+    if (lane == 0) deg_inv_sqrt[r] = inv_sqrt_or_zero(deg);
   }
 }
 
-// Thread per entry: values[e] = deg^-1/2(col e) * w_e * deg^-1/2(row e).
-template <typename Traits, typename scalar_t>
+// Thread per entry: values[e] = deg^-1/2(col e) * w_e * deg^-1/2(row e),
+// deg^-1/2 from gcn_degree_kernel's deg_inv_sqrt or, kUnitWeights (no
+// weights, no origin: every entry weighs 1), from the row lengths, so that
+// one launch suffices.
+template <typename Traits, typename scalar_t, bool kUnitWeights>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     gcn_values_kernel(const __grid_constant__ pygio_gcn_norm_params p) {
   using index_t = typename Traits::index_t;
   using acc_t = typename DTypeTraits<scalar_t>::acc;
+  const auto* rowptr = static_cast<const index_t*>(p.a.rowptr);
   const auto* col = static_cast<const index_t*>(p.a.col);
   const auto* row = static_cast<const index_t*>(p.row);
   const auto* deg_inv_sqrt = static_cast<const acc_t*>(p.deg_inv_sqrt);
   auto* values = static_cast<scalar_t*>(p.values);
+  auto degree_factor = [&](index_t r) {
+    if constexpr (kUnitWeights)
+      return inv_sqrt_or_zero(static_cast<acc_t>(rowptr[r + 1] - rowptr[r]));
+    else
+      return deg_inv_sqrt[r];
+  };
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.a.nnz;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const acc_t w = entry_weight<acc_t>(p, e);
-    values[e] = DTypeTraits<scalar_t>::store(deg_inv_sqrt[col[e]] * w * deg_inv_sqrt[row[e]]);
+    values[e] = DTypeTraits<scalar_t>::store(degree_factor(col[e]) * w * degree_factor(row[e]));
   }
 }
 

@@ -27,14 +27,21 @@ template <typename Traits, typename scalar_t>
 int launch_gcn_norm(const pygio_gcn_norm_params& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   unsigned grid = 0;
-  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                          p.device, &grid));
-  gcn_degree_kernel<Traits, scalar_t><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);
-  PYGIO_CHECK_CUDA(cudaGetLastError());
+  // Every entry weighing 1, the row lengths are the degrees: one launch.
+  const bool unit_weights = p.weight == nullptr && p.origin == nullptr;
+  if (!unit_weights) {
+    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                            p.device, &grid));
+    gcn_degree_kernel<Traits, scalar_t><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
   if (p.a.nnz == 0) return PYGIO_OK;
   PYGIO_TRY(resident_grid(p.a.nnz, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
                           p.device, &grid));
-  gcn_values_kernel<Traits, scalar_t><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);
+  if (unit_weights)
+    gcn_values_kernel<Traits, scalar_t, true><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);
+  else
+    gcn_values_kernel<Traits, scalar_t, false><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   return PYGIO_OK;
 }

@@ -536,7 +536,8 @@ PYGIO_API int pygio_csr_add_self_loops(const pygio_self_loops_params* params);
  * every entry except those whose `origin` (NULL or nnz int64 codes as
  * written by pygio_csr_add_self_loops) is -2, which weigh 0. row holds the
  * row of every entry. deg_inv_sqrt (num_rows accumulator-type values) is
- * written as scratch.
+ * written as scratch where weights or origin are given (without either,
+ * deg(r) is the length of row r: one launch).
  */
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_gcn_norm_params) */
