@@ -38,3 +38,21 @@ def test_cuda_native_values_equal_the_torch_formula(name, mode, monkeypatch):
                 assert got.dtype == want.dtype == dtype
                 tolerance = 1e-6 if dtype in (torch.float32, torch.float64) else 1e-2
                 torch.testing.assert_close(got, want, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS])
+def test_cuda_gcn_values_of_unit_weights_in_one_launch_are_the_weighted_ones(name):
+    """Without weights and self-loop origin the native GCN values take one
+    launch (the degrees are the row lengths): bitwise what the two-launch
+    path (degrees summed from weights) gives for weights that are all 1."""
+    if native_required():
+        assert _native.library() is not None
+    edge_index, num_src, num_dst = property_case(name, seed_of("normalize-unit", name))
+    num_nodes = max(num_src, num_dst)
+    graph = Graph.from_edge_index(edge_index.cuda(), num_nodes)
+    for dtype in DTYPES:
+        ones = torch.ones(graph.num_edges, dtype=normalize.accumulator_dtype(dtype), device="cuda")
+        unit = normalize._compute(graph, None, "gcn", dtype)
+        weighted = normalize._compute(graph, ones, "gcn", dtype)
+        assert torch.equal(unit, weighted)

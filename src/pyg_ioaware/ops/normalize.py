@@ -138,8 +138,9 @@ def _compute(graph: Graph, weight_csr: Optional[Tensor], mode: str,
 
 def _gcn_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
                 acc: torch.dtype) -> Tensor:
-    """"gcn" values in two native launches (degrees, then values): the same
-    formula as _compute, in place of about a dozen torch launches."""
+    """"gcn" values in two native launches (degrees, then values; one where
+    every entry weighs 1: no weights, no self-loop origin): the same formula
+    as _compute, in place of about a dozen torch launches."""
     weight = None if weight_csr is None else weight_csr.to(acc).contiguous()
     return _native.gcn_norm(graph.rowptr, graph.col, graph.row, weight,
                             graph.state.edge_origin, dtype)
