@@ -89,6 +89,9 @@ def test_bad_indices_still_raise_before_any_kernel(calls, monkeypatch):
     with pytest.raises(ValueError, match="negative|out of range"):
         Graph.from_edge_index(edge_index, 50)
     assert calls["EdgeStatsRead"] == 2 and calls["edge_index_stats"] == 0
+    for num_nodes in (0, (50, 0), (0, 50)):  # no nodes at one end: every edge out of range
+        with pytest.raises(ValueError, match="out of range"):
+            Graph.from_edge_index(edge_index.abs(), num_nodes)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

@@ -247,7 +247,8 @@ class Graph:
         if (num_nodes is not None and _native_build(edge_index)
                 and id(edge_index) not in _STATS_IN_FLIGHT):
             num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
-            return cls._build_in_one_launch(edge_index, num_src, num_dst, input_values)
+            if num_dst > 0:  # else every edge is out of range, as the check below says
+                return cls._build_in_one_launch(edge_index, num_src, num_dst, input_values)
         stats = _index_stats(edge_index)  # the one host synchronisation
         num_src, num_dst = _resolve_num_nodes(num_nodes, max(stats.max_src, stats.max_dst) + 1)
         _check_index_range(stats, num_src, num_dst)
