@@ -82,7 +82,8 @@ class GraphState:
     ``first_backward_task``: the autograd run of the first backward pass
     through this graph (ops.spmm.LazyTranspose); ``edge_origin`` (on a self-loop graph only): per
     CSR entry the input edge id of the graph it derives from, NEW_LOOP or
-    DROPPED_LOOP; ``attention_graphs``: per number of self loops, the graph
+    DROPPED_LOOP; ``dropped_loops`` (with ``edge_origin``): False where no
+    entry can be DROPPED_LOOP (the input had no self loop); ``attention_graphs``: per number of self loops, the graph
     attention layers run on (input self loops removed, one loop added per
     node below that number), its edge_index in PyG's order and the input
     edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per (mode, dtype),
@@ -94,6 +95,7 @@ class GraphState:
     reversed_graph: Optional["Graph"] = None
     first_backward_task: Optional[int] = None
     edge_origin: Optional[Tensor] = None
+    dropped_loops: bool = True
     attention_graphs: Dict[int, Tuple["Graph", Tensor, Tensor]] = field(default_factory=dict)
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
 
@@ -125,6 +127,8 @@ class Graph:
             input was already grouped by destination).
         input_values (Tensor or None): a sparse input's values, in input
             edge order.
+        self_loops (int or None): input edges with source == destination
+            (None: not known), as the build's index statistics found them.
         degree_bound (int or None): no destination has more entries than
             this (None: not known). Known where the build saw it for free
             (edges grouped by destination, as samplers emit them); kernels
@@ -155,6 +159,7 @@ class Graph:
         self.num_dst = num_dst
         self.input_values = input_values
         self.degree_bound = degree_bound
+        self.self_loops: Optional[int] = None
         self.state = GraphState()
         structure = trust_csr(self.rowptr, self.col, num_src)
         # The kernels' hub splitting reads the bound beside the structure (or
@@ -242,8 +247,10 @@ class Graph:
                              f"{input_values.size(0)}")
         if num_edges == 0:
             num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
-            return cls._build(edge_index, num_src, num_dst, input_values, grouped=True,
-                              degree_bound=0)
+            graph = cls._build(edge_index, num_src, num_dst, input_values, grouped=True,
+                               degree_bound=0)
+            graph.self_loops = 0
+            return graph
         if (num_nodes is not None and _native_build(edge_index)
                 and id(edge_index) not in _STATS_IN_FLIGHT):
             num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
@@ -252,8 +259,10 @@ class Graph:
         stats = _index_stats(edge_index)  # the one host synchronisation
         num_src, num_dst = _resolve_num_nodes(num_nodes, max(stats.max_src, stats.max_dst) + 1)
         _check_index_range(stats, num_src, num_dst)
-        return cls._build(edge_index, num_src, num_dst, input_values, stats.grouped,
-                          stats.longest_run if stats.grouped else None)
+        graph = cls._build(edge_index, num_src, num_dst, input_values, stats.grouped,
+                           stats.longest_run if stats.grouped else None)
+        graph.self_loops = stats.self_loops
+        return graph
 
     @classmethod
     def with_pyg_self_loops(cls, adj: Tensor,
@@ -379,10 +388,13 @@ class Graph:
                                                    entries=not views)
         _check_index_range(stats, num_src, num_dst)
         if not stats.grouped:
-            return cls._build(edge_index, num_src, num_dst, input_values, grouped=False)
-        col, row = (edge_index[0], edge_index[1]) if views else csr[1:]
-        return cls(rowptr=csr[0], col=col, row=row, num_src=num_src, num_dst=num_dst,
-                   input_values=input_values, degree_bound=stats.longest_run)
+            graph = cls._build(edge_index, num_src, num_dst, input_values, grouped=False)
+        else:
+            col, row = (edge_index[0], edge_index[1]) if views else csr[1:]
+            graph = cls(rowptr=csr[0], col=col, row=row, num_src=num_src, num_dst=num_dst,
+                        input_values=input_values, degree_bound=stats.longest_run)
+        graph.self_loops = stats.self_loops
+        return graph
 
     # ------------------------------------------------------- derived views
     @torch.compiler.disable
@@ -412,6 +424,7 @@ class Graph:
             self.state.reversed_graph = Graph(
                 rowptr=t.rowptr, col=t.col, row=t.row, num_src=self.num_dst,
                 num_dst=self.num_src, edge_perm=perm, input_values=self.input_values)
+            self.state.reversed_graph.self_loops = self.self_loops
         return self.state.reversed_graph
 
     def with_remaining_self_loops(self) -> "Graph":
@@ -446,6 +459,7 @@ class Graph:
         looped = Graph(rowptr=rowptr, col=col, row=row, num_src=n, num_dst=n,
                        degree_bound=None if self.degree_bound is None else self.degree_bound + 1)
         looped.state.edge_origin = origin
+        looped.state.dropped_loops = self.self_loops != 0
         return looped
 
     def _self_loop_structure(self, index_dtype: torch.dtype) -> Tuple[Tensor, ...]:

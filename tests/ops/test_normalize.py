@@ -43,16 +43,24 @@ def test_cuda_native_values_equal_the_torch_formula(name, mode, monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS])
 def test_cuda_gcn_values_of_unit_weights_in_one_launch_are_the_weighted_ones(name):
-    """Without weights and self-loop origin the native GCN values take one
+    """Without weights and dropped self loops the native GCN values take one
     launch (the degrees are the row lengths): bitwise what the two-launch
-    path (degrees summed from weights) gives for weights that are all 1."""
+    path (degrees summed from weights) gives for weights that are all 1, on
+    a graph and on the self-loop graph of an input without self loops."""
     if native_required():
         assert _native.library() is not None
     edge_index, num_src, num_dst = property_case(name, seed_of("normalize-unit", name))
     num_nodes = max(num_src, num_dst)
+    without_loops = edge_index[:, edge_index[0] != edge_index[1]]
     graph = Graph.from_edge_index(edge_index.cuda(), num_nodes)
-    for dtype in DTYPES:
-        ones = torch.ones(graph.num_edges, dtype=normalize.accumulator_dtype(dtype), device="cuda")
-        unit = normalize._compute(graph, None, "gcn", dtype)
-        weighted = normalize._compute(graph, ones, "gcn", dtype)
-        assert torch.equal(unit, weighted)
+    # The self-loop graph of an input without self loops has no dropped loop: one launch too.
+    looped = Graph.from_edge_index(without_loops.cuda(), num_nodes).with_remaining_self_loops()
+    assert graph.self_loops == int((edge_index[0] == edge_index[1]).sum())
+    assert not looped.state.dropped_loops
+    for g in (graph, looped):
+        for dtype in DTYPES:
+            acc = normalize.accumulator_dtype(dtype)
+            ones = torch.ones(g.num_edges, dtype=acc, device="cuda")
+            unit = normalize._compute(g, None, "gcn", dtype)
+            weighted = normalize._compute(g, ones, "gcn", dtype)
+            assert torch.equal(unit, weighted)

@@ -139,11 +139,11 @@ def _compute(graph: Graph, weight_csr: Optional[Tensor], mode: str,
 def _gcn_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
                 acc: torch.dtype) -> Tensor:
     """"gcn" values in two native launches (degrees, then values; one where
-    every entry weighs 1: no weights, no self-loop origin): the same formula
-    as _compute, in place of about a dozen torch launches."""
+    every entry weighs 1: no weights and no dropped self loop): the same
+    formula as _compute, in place of about a dozen torch launches."""
     weight = None if weight_csr is None else weight_csr.to(acc).contiguous()
     return _native.gcn_norm(graph.rowptr, graph.col, graph.row, weight,
-                            graph.state.edge_origin, dtype)
+                            _weighing_origin(graph), dtype)
 
 
 def _mean_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
@@ -152,4 +152,11 @@ def _mean_native(graph: Graph, weight_csr: Optional[Tensor], dtype: torch.dtype,
     place of about six torch launches."""
     weight = None if weight_csr is None else weight_csr.to(acc).contiguous()
     return _native.mean_norm(graph.rowptr, graph.col, graph.row, weight,
-                             graph.state.edge_origin, graph.num_src, dtype)
+                             _weighing_origin(graph), graph.num_src, dtype)
+
+
+def _weighing_origin(graph: Graph) -> Optional[Tensor]:
+    """The self-loop graph's edge_origin where it weighs entries (its
+    DROPPED_LOOP entries weigh 0), None where it holds none (the input had
+    no self loop): the kernels then weigh every entry 1."""
+    return graph.state.edge_origin if graph.state.dropped_loops else None
