@@ -80,15 +80,16 @@ class GraphState:
     ``transpose``: the CSR^T; ``self_loop_graph``: the graph with PyG's
     remaining self loops; ``reversed_graph``: every edge reversed;
     ``first_backward_task``: the autograd run of the first backward pass
-    through this graph (ops.spmm.LazyTranspose); ``edge_origin`` (on a self-loop graph only): per
-    CSR entry the input edge id of the graph it derives from, NEW_LOOP or
-    DROPPED_LOOP; ``dropped_loops`` (with ``edge_origin``): False where no
-    entry can be DROPPED_LOOP (the input had no self loop); ``attention_graphs``: per number of self loops, the graph
-    attention layers run on (input self loops removed, one loop added per
-    node below that number), its edge_index in PyG's order and the input
-    edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per (mode, dtype),
-    filled by ops.normalize; ``spmm_plans``: native SpMM plans per
-    (direction, width, dtype, backend), filled by ops.spmm_backends.
+    through this graph (ops.spmm.LazyTranspose); ``edge_origin`` (on a
+    self-loop graph only): per CSR entry the input edge id of the graph it
+    derives from, NEW_LOOP or DROPPED_LOOP; ``dropped_loops`` (with
+    ``edge_origin``): False where no entry can be DROPPED_LOOP (the input
+    had no self loop); ``attention_graphs``: per number of self loops, the
+    graph attention layers run on (input self loops removed, one loop added
+    per node below that number), its edge_index in PyG's order and the input
+    edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per
+    (mode, dtype), filled by ops.normalize; ``spmm_plans``: native SpMM plans
+    per (direction, width, dtype, backend), filled by ops.spmm_backends.
     """
     transpose: Optional[Transpose] = None
     self_loop_graph: Optional["Graph"] = None
