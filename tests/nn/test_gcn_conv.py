@@ -134,6 +134,54 @@ def test_matches_pyg(improved, cached, add_self_loops, normalize, bias, weighted
         ref.zero_grad()
 
 
+def first_layer_call(conv, x, edge_index, edge_weight, grad):
+    """A first layer's call: features and weights need no gradient; the
+    output and the parameters' gradients."""
+    out = conv(x, edge_index, edge_weight)
+    out.backward(grad)
+    return out, {name: p.grad for name, p in conv.named_parameters()}
+
+
+def aggregated_width(monkeypatch):
+    """The widths of the features SpmmAdjacency.propagate aggregates."""
+    from pyg_ioaware.ops.spmm_functional import SpmmAdjacency
+    widths, propagate = [], SpmmAdjacency.propagate
+
+    def spy(self, h, *args, **kwargs):
+        widths.append(h.size(-1))
+        return propagate(self, h, *args, **kwargs)
+
+    monkeypatch.setattr(SpmmAdjacency, "propagate", spy)
+    return widths
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("in_channels, out_channels", [(8, 8), (8, 13), (13, 8)])
+@pytest.mark.parametrize("add_self_loops, weighted", [(True, False), (False, False),
+                                                      (True, True)])
+def test_first_layer_aggregates_first_like_pyg(device, in_channels, out_channels,
+                                               add_self_loops, weighted, monkeypatch):
+    """Features that need no gradient, no wider than the output, are
+    aggregated before the projection, (A X) W + b: PyG's output and
+    parameter gradients; wider ones keep PyG's order, A (X W) + b."""
+    edge_index = random_graph(60, 60, 400, seed=34, hub_degree=50).to(device)
+    edge_weight = torch.rand(edge_index.size(1), device=device) if weighted else None
+    if weighted and add_self_loops:  # PyG's CUDA index_put keeps any duplicate loop's weight
+        edge_weight[edge_index[0] == edge_index[1]] = 0.5
+    x = torch.randn(60, in_channels, device=device)
+    grad = torch.randn(60, out_channels, device=device)
+    ours, ref = pair(in_channels, out_channels, add_self_loops=add_self_loops)
+    ours, ref = ours.to(device), ref.to(device)
+    widths = aggregated_width(monkeypatch)
+    out, params = first_layer_call(ours, x, edge_index, edge_weight, grad)
+    out_r, params_r = first_layer_call(ref, x, edge_index, edge_weight, grad)
+    assert widths == [in_channels if in_channels <= out_channels else out_channels]
+    assert relative_error(out, out_r) < 1e-5
+    assert params.keys() == params_r.keys()
+    for name in params:
+        assert relative_error(params[name], params_r[name]) < 1e-5, name
+
+
 def test_cached_keeps_the_first_graph_like_pyg():
     x = torch.randn(30, 8)
     ours, ref = pair(cached=True)

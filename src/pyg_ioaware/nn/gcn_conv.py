@@ -11,7 +11,7 @@ from torch_geometric.typing import Adj, OptPairTensor, OptTensor, SparseTensor
 from torch_geometric.utils import spmm
 
 from ..graph import Graph, prefetch
-from ..ops.bias_gradient import apply_linear
+from ..ops.bias_gradient import apply_linear, linear, plain_linear
 from ..ops.spmm_functional import SpmmAdjacency, gcn_adjacency
 from .fused_message_passing import FusedMessagePassing
 
@@ -174,9 +174,14 @@ class GCNConv(FusedMessagePassing):
         """One SpMM over the (cached) normalized graph; same result as
         :meth:`pyg_forward`. X W, which needs no graph, is enqueued while a
         new graph's index statistics come back
-        (``pyg_ioaware.graph.prefetch``)."""
+        (``pyg_ioaware.graph.prefetch``); features that need no gradient (a
+        first layer's) are aggregated first, :meth:`_aggregates_first`."""
         node_dim = self.fused_node_dim(x)
         self.check_flow(edge_index)
+        if self._aggregates_first(x, edge_weight, node_dim):
+            adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
+            aggregated = adjacency.propagate(x, ones_dtype=x.dtype if self.normalize else None)
+            return linear(aggregated, self.lin.weight, self.bias)
         if self._cached_edge_index is None:  # no graph kept from an earlier call
             prefetch(edge_index)
         projected = apply_linear(self.lin, x)
@@ -203,6 +208,22 @@ class GCNConv(FusedMessagePassing):
         if reason is None and isinstance(x, SparseTensor):
             reason = "SparseTensor node features"
         return reason
+
+    @torch.jit.unused
+    def _aggregates_first(self, x: Tensor, edge_weight: Optional[Tensor], node_dim: int) -> bool:
+        """Whether this call computes (A_norm X) W + b instead of PyG's A_norm
+        (X W) + b (the same product): where X needs no gradient (a first
+        layer's raw features), the backward then needs no A^T at all, only
+        the GEMM dW = (A_norm X)^T dY, and a new graph's first backward no
+        transposed SpMM. Taken for 2-D float32 / float64 features no wider
+        than the output (the SpMM no wider than PyG's), weights that need no
+        gradient, outside autocast (where PyG's X W is 16-bit and its output
+        float32) and where ``lin`` is called by no hook."""
+        return (plain_linear(self.lin) and node_dim == 0 and x.dim() == 2
+                and x.layout == torch.strided and x.dtype in (torch.float32, torch.float64)
+                and not x.requires_grad and x.size(1) <= self.lin.weight.size(0)
+                and (edge_weight is None or not edge_weight.requires_grad)
+                and not torch.is_autocast_enabled(x.device.type))
 
     @torch.jit.unused
     def _adjacency(self, edge_index: Any, edge_weight: Optional[Tensor],
