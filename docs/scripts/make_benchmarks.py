@@ -155,6 +155,9 @@ RUN_TITLES = {
     "results_h200_one_launch_build_minibatch":
         "Every mini-batch layer after a new graph's build went to one launch (statistics "
         "rows in pinned memory, the grouped CSR in the same pass) (issues 5, 7-9)",
+    "results_h200_gcn_aggregate_first_minibatch":
+        "GCNConv and SAGEConv mean mini-batch steps after a first GCNConv layer aggregates "
+        "before its projection (issues 5, 7)",
     "results_h200_gatv2_out_bias":
         "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
         "H200 (issue 8)",

@@ -35,7 +35,12 @@ class GCNConv(FusedMessagePassing):
     edge weights are given) and :math:`\hat{D}_{ii} = \sum_j \hat{A}_{ji}`
     (weighted in-degree). The aggregation is one SpMM over the cached CSR
     with cached normalized values; backward is one SpMM over the cached
-    CSR^T. No per-edge feature tensor is ever built.
+    CSR^T. Features that need no gradient (a first layer's) and are no
+    wider than the output are aggregated before the projection,
+    :math:`(\mathbf{\hat{D}}^{-1/2} \mathbf{\hat{A}} \mathbf{\hat{D}}^{-1/2}
+    \mathbf{X}) \mathbf{\Theta}`, the same product, whose backward needs
+    no SpMM (float32 / float64 outside autocast). No per-edge feature tensor
+    is ever built.
 
     Where something needs PyG's per-edge messages (explain masks, propagate
     or message hooks, ``decomposed_layers > 1``, a subclass overriding
