@@ -180,7 +180,7 @@ class GCNConv(FusedMessagePassing):
         :meth:`pyg_forward`. X W, which needs no graph, is enqueued while a
         new graph's index statistics come back
         (``pyg_ioaware.graph.prefetch``); features that need no gradient (a
-        first layer's) are aggregated first, :meth:`_aggregates_first`."""
+        first layer's) are aggregated first (``_aggregates_first``)."""
         node_dim = self.fused_node_dim(x)
         self.check_flow(edge_index)
         if self._aggregates_first(x, edge_weight, node_dim):
