@@ -252,16 +252,24 @@ class Graph:
                                degree_bound=0)
             graph.self_loops = 0
             return graph
-        if (num_nodes is not None and _native_build(edge_index)
-                and id(edge_index) not in _STATS_IN_FLIGHT):
+        num_src = num_dst = None
+        if num_nodes is not None:
             num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
-            if num_dst > 0:  # else every edge is out of range, as the check below says
-                return cls._build_in_one_launch(edge_index, num_src, num_dst, input_values)
-        stats = _index_stats(edge_index)  # the one host synchronisation
-        num_src, num_dst = _resolve_num_nodes(num_nodes, max(stats.max_src, stats.max_dst) + 1)
+        csr = None
+        if num_dst and _native_build(edge_index) and id(edge_index) not in _STATS_IN_FLIGHT:
+            # One launch: the statistics and, in the same pass, the CSR as if
+            # the edges were grouped (kept by _build where they are). Without
+            # destinations every edge is out of range: the check below says so.
+            index_dtype = _index_dtype(num_src, num_dst, num_edges)
+            stats, csr = _native.grouped_csr_and_stats(
+                edge_index, num_dst, index_dtype, entries=not _index_views(edge_index, index_dtype))
+        else:
+            stats = _index_stats(edge_index)  # the one host synchronisation
+            num_src, num_dst = _resolve_num_nodes(num_nodes,
+                                                  max(stats.max_src, stats.max_dst) + 1)
         _check_index_range(stats, num_src, num_dst)
         graph = cls._build(edge_index, num_src, num_dst, input_values, stats.grouped,
-                           stats.longest_run if stats.grouped else None)
+                           stats.longest_run if stats.grouped else None, csr)
         graph.self_loops = stats.self_loops
         return graph
 
@@ -350,15 +358,18 @@ class Graph:
     @classmethod
     def _build(cls, edge_index: Tensor, num_src: int, num_dst: int,
                input_values: Optional[Tensor], grouped: bool,
-               degree_bound: Optional[int] = None) -> "Graph":
+               degree_bound: Optional[int] = None, csr: Optional[list] = None) -> "Graph":
         """CSR by destination from an edge_index whose range is checked:
         one stable sort by destination unless ``grouped``; ``degree_bound``
-        as the Graph keeps it."""
+        as the Graph keeps it. ``csr``: what the statistics' launch wrote as
+        if the edges were grouped ([rowptr], or [rowptr, col, row] where the
+        indices are no views of edge_index), used where they are."""
         index_dtype = _index_dtype(num_src, num_dst, edge_index.size(1))
-        if grouped and _native_build(edge_index) and (
-                index_dtype != edge_index.dtype or edge_index.stride(1) != 1):
-            # One launch for rowptr, col and row (the torch ops below take five).
-            rowptr, col, row = _native.csr_from_grouped(edge_index, num_dst, index_dtype)
+        views = _index_views(edge_index, index_dtype)
+        if grouped and (csr is not None or (_native_build(edge_index) and not views)):
+            if csr is None:  # one launch for rowptr, col and row (the torch ops below take five)
+                csr = _native.csr_from_grouped(edge_index, num_dst, index_dtype)
+            rowptr, col, row = (csr[0], edge_index[0], edge_index[1]) if views else csr
             return cls(rowptr=rowptr, col=col, row=row, num_src=num_src, num_dst=num_dst,
                        input_values=input_values, degree_bound=degree_bound)
         src, dst = edge_index[0], edge_index[1]
@@ -373,29 +384,6 @@ class Graph:
         return cls(rowptr=_rowptr(row, num_dst), col=col, row=row, num_src=num_src,
                    num_dst=num_dst, edge_perm=edge_perm, input_values=input_values,
                    degree_bound=degree_bound)
-
-    @classmethod
-    def _build_in_one_launch(cls, edge_index: Tensor, num_src: int, num_dst: int,
-                             input_values: Optional[Tensor]) -> "Graph":
-        """A CUDA edge_index's Graph from one native launch: its index
-        statistics (read back: the one host synchronisation) and, in the
-        same pass, its CSR as if grouped by destination, which the Graph
-        keeps where the statistics say it is (as samplers emit mini-batch
-        graphs); otherwise :meth:`_build` sorts. Row and column indices stay
-        views of edge_index where they need no conversion."""
-        index_dtype = _index_dtype(num_src, num_dst, edge_index.size(1))
-        views = index_dtype == edge_index.dtype and edge_index.stride(1) == 1
-        stats, csr = _native.grouped_csr_and_stats(edge_index, num_dst, index_dtype,
-                                                   entries=not views)
-        _check_index_range(stats, num_src, num_dst)
-        if not stats.grouped:
-            graph = cls._build(edge_index, num_src, num_dst, input_values, grouped=False)
-        else:
-            col, row = (edge_index[0], edge_index[1]) if views else csr[1:]
-            graph = cls(rowptr=csr[0], col=col, row=row, num_src=num_src, num_dst=num_dst,
-                        input_values=input_values, degree_bound=stats.longest_run)
-        graph.self_loops = stats.self_loops
-        return graph
 
     # ------------------------------------------------------- derived views
     @torch.compiler.disable
@@ -767,6 +755,12 @@ def _index_dtype(num_src: int, num_dst: int, num_edges: int) -> torch.dtype:
     if os.environ.get(ENV_FORCE_INT64) == "1":
         return torch.int64
     return torch.int32 if max(num_src, num_dst, num_edges) <= INT32_LIMIT else torch.int64
+
+
+def _index_views(edge_index: Tensor, index_dtype: torch.dtype) -> bool:
+    """Whether a grouped edge_index's rows serve as the Graph's col and row
+    as they are (views: the index dtype already, contiguous rows)."""
+    return edge_index.dtype == index_dtype and edge_index.stride(1) == 1
 
 
 def _native_build(edge_index: Tensor) -> bool:
