@@ -274,7 +274,7 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         if isinstance(x, Tensor) and not self.share_weights and fusable((self.lin_l,
                                                                          self.lin_r)):
             x_lr = fused_linear(x, (self.lin_l, self.lin_r)).view(-1, 2, heads, channels)
-            x_l, x_r = x_lr.detach().unbind(1)
+            x_l = x_r = None  # its slots, taken only for attention weights
         else:
             x_l = apply_linear(self.lin_l, x_src).view(-1, heads, channels)
             x_r = x_l if self.share_weights and isinstance(x, Tensor) else \
@@ -290,8 +290,9 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         seed = new_seed() if dropout > 0 else 0
         # [1, H, C] -> [H, C] as a view (indexing's backward would fill and copy).
         att = self.att.squeeze(0)
-        dtype = pyg_message_dtype(x_l, att)
-        out_bias = self._folded_bias(x_l.dtype == dtype and res is None)
+        projected = x_l if x_lr is None else x_lr
+        dtype = pyg_message_dtype(projected, att)
+        out_bias = self._folded_bias(projected.dtype == dtype and res is None)
         if x_lr is not None:
             out, lse = graph_gatv2_packed(graph, x_lr, att, edge, self.negative_slope, dropout,
                                           seed, self.hub_quantile, out_bias)
@@ -302,8 +303,8 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
         # Heads concatenated with a bias still to add and no residual: the
         # add promotes the kernels' (16-bit) output to PyG's dtype itself,
         # one pass instead of a cast and an add, the same values.
-        if not (self.concat and res is None and bias is not None
-                and torch.promote_types(out.dtype, bias.dtype) == dtype):
+        if out.dtype != dtype and not (self.concat and res is None and bias is not None
+                                       and torch.promote_types(out.dtype, bias.dtype) == dtype):
             out = out.to(dtype)
 
         out = out.reshape(-1, heads * channels) if self.concat else out.mean(dim=1)
@@ -313,6 +314,8 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
             out = add_bias(out, bias)
         if not return_attention_weights:
             return out
+        if x_lr is not None:
+            x_l, x_r = x_lr.unbind(1)
         alpha = gatv2_weights_trusted(graph.rowptr, graph.col, x_l.detach(), x_r.detach(),
                                       att.detach(), None if edge is None else edge.detach(), lse,
                                       self.negative_slope).to(dtype)
