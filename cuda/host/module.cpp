@@ -1,13 +1,14 @@
 // The host extension module pyg_ioaware._native_host_ext: the native
 // library's host side in C++ where Python's costs more than the kernels
-// (see spmm_autograd.h, attention_autograd.h, graph_build.h, spmm_launch.h,
-// minmax_launch.h, attention_launch.h).
+// (see spmm_autograd.h, attention_autograd.h, linear_autograd.h, graph_build.h,
+// spmm_launch.h, minmax_launch.h, attention_launch.h).
 // Built against the torch it runs with.
 #include <torch/extension.h>
 
 #include "attention_autograd.h"
 #include "attention_launch.h"
 #include "graph_build.h"
+#include "linear_autograd.h"
 #include "minmax_launch.h"
 #include "native_api.h"
 #include "spmm_autograd.h"
@@ -21,7 +22,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 6;
+  m.attr("HOST_API_VERSION") = 7;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -105,6 +106,9 @@ PYBIND11_MODULE(_native_host_ext, m) {
            py::arg("index_dtype") = torch::kInt, py::arg("entries") = true)
       .def("read", &EdgeStatsRead::read, "the values (waits for the kernel)")
       .def("csr", &EdgeStatsRead::csr, "the CSR the same launch wrote, where asked");
+  m.def("fused_linear", &fused_linear_autograd,
+        "x [W_1; ...; W_k]^T + [b_1; ...; b_k] as one autograd node", py::arg("x"),
+        py::arg("weights"), py::arg("biases"));
   m.def("edge_index_stats", &edge_index_stats, "pygio_edge_index_stats, read back");
   m.def("csr_from_grouped", &csr_from_grouped, "pygio_csr_from_grouped");
   m.def("csr_add_self_loops", &csr_add_self_loops, "pygio_csr_add_self_loops");

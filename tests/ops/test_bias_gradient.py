@@ -1,13 +1,16 @@
 """ops.bias_gradient: column sums, and linear maps and bias adds whose bias
 gradient is a GEMV: against torch's ops in float64 (gradcheck), where they
-take over and where not, and the attention layers through them against
-PyG's layers with the same weights."""
+take over and where not (the Python nodes, and the C++ node of the host
+extension on CUDA), and the attention layers through them against PyG's
+layers with the same weights."""
 import pytest
 import torch
 import torch_geometric
-from _helpers import TOLERANCE, assert_runs_match, random_graph, relative_error
+from _helpers import (TOLERANCE, assert_runs_match, host_extension_calls, random_graph,
+                      relative_error)
 from _helpers import run_attention as run
 
+from pyg_ioaware import config
 from pyg_ioaware.nn import GATv2Conv, SAGEConv, TransformerConv
 from pyg_ioaware.ops import bias_gradient
 
@@ -102,6 +105,7 @@ def test_add_product_accumulates_into_a_linear(device):
 
 @pytest.mark.cuda
 def test_takes_over_only_large_fp32_outputs_outside_autocast(monkeypatch):
+    monkeypatch.setattr(config, "native_host", False)  # the rule without the C++ node
     x = torch.randn(16, 8, device="cuda", requires_grad=True)
     lin = torch.nn.Linear(8, 4).cuda()
     assert node_name(bias_gradient.apply_linear(lin, x)) != "_LinearBackward"  # small
@@ -111,6 +115,110 @@ def test_takes_over_only_large_fp32_outputs_outside_autocast(monkeypatch):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         out = bias_gradient.apply_linear(lin, x)
     assert out.dtype == torch.bfloat16 and node_name(out) != "_LinearBackward"
+
+
+@pytest.fixture
+def host_calls(monkeypatch):
+    """Calls of the C++ node (skips where the host extension is not built)."""
+    monkeypatch.setattr(config, "native_host", True)
+    return host_extension_calls(monkeypatch, ["fused_linear"])
+
+
+def maps(count, bias, dtype, gen):
+    lins = [torch.nn.Linear(5, 4, bias=bias).to(device="cuda", dtype=dtype) for _ in range(count)]
+    for lin in lins:  # reproducible values
+        with torch.no_grad():
+            for param in lin.parameters():
+                param.copy_(torch.randn(param.shape, generator=gen, dtype=dtype))
+    return lins
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("count", [1, 2, 3])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_host_node_matches_torch(host_calls, count, bias, dtype):
+    """fused_linear as one C++ node: output and every gradient against
+    torch's cat + F.linear; gradcheck and gradgradcheck in float64."""
+    gen = torch.Generator().manual_seed(count)
+    lins = maps(count, bias, dtype, gen)
+    x = torch.randn(37, 5, generator=gen, dtype=dtype).cuda().requires_grad_()
+    out = bias_gradient.fused_linear(x, lins).flatten(1)
+    node = out.grad_fn
+    while node.name().startswith("ViewBackward"):  # fused_linear's [N, maps, out] view
+        node = node.next_functions[0][0]
+    assert host_calls["fused_linear"] == 1 and "FusedLinear" in node.name()
+    want = torch.nn.functional.linear(
+        x, torch.cat([lin.weight for lin in lins]),
+        torch.cat([lin.bias for lin in lins]) if bias else None)
+    grad = torch.randn(out.shape, generator=gen, dtype=dtype).cuda()
+    params = [p for lin in lins for p in lin.parameters()]
+    got_grads = torch.autograd.grad(out, [x, *params], grad)
+    want_grads = torch.autograd.grad(want, [x, *params], grad)
+    for got, expected in zip([out, *got_grads], [want, *want_grads]):
+        assert got.shape == expected.shape
+        assert relative_error(got, expected) < TOLERANCE[dtype] * 10
+    if dtype == torch.float64:
+        def fused(x, *params):
+            weights = params[::2] if bias else params
+            biases = list(params[1::2]) if bias else []
+            return bias_gradient._native_host.active().fused_linear(x, list(weights), biases)
+        assert torch.autograd.gradcheck(fused, (x, *params))
+        assert torch.autograd.gradgradcheck(fused, (x, *params))
+
+
+@pytest.mark.cuda
+def test_host_node_computes_only_the_gradients_asked(host_calls):
+    gen = torch.Generator().manual_seed(5)
+    lins = maps(2, True, torch.float32, gen)
+    x = torch.randn(9, 5, generator=gen).cuda()
+    lins[1].bias.requires_grad_(False)
+    out = bias_gradient.fused_linear(x, lins)  # x needs no gradient
+    out.sum().backward()
+    assert lins[1].bias.grad is None and lins[0].bias.grad is not None
+    assert torch.equal(lins[0].weight.grad, lins[1].weight.grad)  # both dY^T X, dY all ones
+    for lin in lins:
+        lin.requires_grad_(False)
+    x.requires_grad_()
+    out = bias_gradient.fused_linear(x, lins)
+    (grad_x,) = torch.autograd.grad(out.sum(), x)
+    weight = torch.cat([lin.weight for lin in lins])
+    assert relative_error(grad_x, weight.sum(0).expand_as(x)) < TOLERANCE[torch.float32] * 10
+
+
+@pytest.mark.cuda
+def test_large_linear_takes_the_host_node_and_an_accumulated_product(host_calls, monkeypatch):
+    """linear on a large fp32 output (every output here) is the C++ node,
+    and SAGEConv's root term, its output with a second product added in
+    place (add_product), keeps both products' gradients."""
+    monkeypatch.setattr(bias_gradient, "MIN_GEMV_ELEMENTS", 1)
+    gen = torch.Generator().manual_seed(6)
+    args = [torch.randn(shape, generator=gen).cuda().requires_grad_()
+            for shape in ((9, 5), (4, 5), (4,), (9, 7), (4, 7))]
+    out = bias_gradient.add_product(bias_gradient.linear(*args[:3]), *args[3:])
+    assert host_calls["fused_linear"] == 1
+    want = torch.nn.functional.linear(*args[:3]) + torch.nn.functional.linear(*args[3:])
+    grad = torch.randn(out.shape, generator=gen).cuda()
+    got_grads = torch.autograd.grad(out, args, grad)
+    want_grads = torch.autograd.grad(want, args, grad)
+    for got, expected in zip([out, *got_grads], [want, *want_grads]):
+        assert relative_error(got, expected) < TOLERANCE[torch.float32] * 10
+
+
+@pytest.mark.cuda
+def test_host_node_not_taken_under_autocast_or_other_inputs(host_calls, monkeypatch):
+    monkeypatch.setattr(bias_gradient, "MIN_GEMV_ELEMENTS", 1)
+    lin = torch.nn.Linear(8, 4).cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        assert bias_gradient.apply_linear(lin, torch.randn(6, 8, device="cuda")).dtype == \
+            torch.bfloat16
+    out = bias_gradient.apply_linear(lin, torch.randn(2, 6, 8, device="cuda"))  # 3-D
+    assert node_name(out) == "_LinearBackward"  # the Python node
+    with torch.no_grad():
+        bias_gradient.apply_linear(lin, torch.randn(6, 8, device="cuda"))
+    assert host_calls["fused_linear"] == 0
+    bias_gradient.apply_linear(lin, torch.randn(6, 8, device="cuda"))
+    assert host_calls["fused_linear"] == 1  # the 2-D float32 call with a gradient only
 
 
 def layer_pair(cls, pyg_cls, dtype, device, **kwargs):
@@ -138,6 +246,7 @@ def test_attention_layers_through_gemv_bias_gradients_match_pyg(forced, device, 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_sage_conv_through_gemv_bias_gradient_matches_pyg(forced, device, monkeypatch):
+    monkeypatch.setattr(config, "native_host", False)  # the Python node (C++: tests above)
     sums = []
     column_sums = bias_gradient.column_sums
     monkeypatch.setattr(bias_gradient, "column_sums", lambda t: sums.append(t) or column_sums(t))

@@ -10,13 +10,18 @@ everywhere, so 16-bit gradients keep the reduction.
 
 :func:`column_sums` picks the faster of the two. :func:`linear` and
 :func:`add_bias` are ``F.linear`` and ``x + b`` whose backward uses it
-(:func:`add_product` accumulates a second product into such a result); as
-Python autograd nodes they cost some host time, so they take over only on
-large fp32 CUDA outputs (:data:`MIN_GEMV_ELEMENTS`) and leave small ones,
-whose steps are bound by host time, and autocast's 16-bit ones to torch's
-ops. :func:`fused_linear` applies several maps of one input as one such
-product.
+(:func:`add_product` accumulates a second product into such a result).
+:func:`fused_linear` applies several maps of one input as one such product.
+As autograd nodes of their own they take over only on large fp32 CUDA
+outputs (:data:`MIN_GEMV_ELEMENTS`) and leave small ones, whose steps are
+bound by host time, and autocast's 16-bit ones to torch's ops; where the C++
+host extension is loaded that node is C++. :func:`fused_linear` is the C++
+node at every size on 2-D CUDA float32 / float64 inputs outside autocast:
+with the concatenation of the maps' weights and biases inside it, it spends
+less host time before the product's kernel than ``torch.cat`` and
+``F.linear``.
 """
+from types import ModuleType
 from typing import Optional, Sequence
 
 import torch
@@ -24,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.parameter import UninitializedParameter
 
+from .. import _native_host
 from .dispatch import accumulator_dtype
 
 #: Outputs of at least this many elements take the GEMV bias gradient
@@ -93,12 +99,29 @@ def _through_node(out_elements: int, x: Tensor) -> bool:
             and not torch.is_autocast_enabled("cuda"))
 
 
+def _host_linear(x: Tensor, tensors: Sequence[Tensor]) -> Optional[ModuleType]:
+    """The host extension where it computes ``x`` times ``tensors`` (the
+    maps' weights and biases): a 2-D x, CUDA tensors of one float32 /
+    float64 dtype, eager (not scripted or compiled), outside autocast; else
+    None."""
+    if (not x.is_cuda or x.dim() != 2 or x.dtype not in (torch.float32, torch.float64)
+            or torch.jit.is_scripting() or torch.compiler.is_compiling()
+            or torch.is_autocast_enabled("cuda")
+            or any(t.dtype != x.dtype for t in tensors)):
+        return None
+    return _native_host.active()
+
+
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, weight, bias)``; on large fp32 CUDA outputs its bias
-    gradient is :func:`column_sums` (same values, faster)."""
+    gradient is :func:`column_sums` (same values, faster), through one
+    autograd node (in C++ where the host extension takes the inputs)."""
     if bias is None or not _through_node(
             x.numel() // max(x.size(-1), 1) * weight.size(0), x):
         return F.linear(x, weight, bias)
+    host = _host_linear(x, (weight, bias))
+    if host is not None:
+        return host.fused_linear(x, [weight], [bias])
     return _Linear.apply(x, weight, bias)
 
 
@@ -128,11 +151,16 @@ def fusable(lins: Sequence[torch.nn.Module]) -> bool:
 
 def fused_linear(x: Tensor, lins: Sequence[torch.nn.Module]) -> Tensor:
     """[N, len(lins), out] with slot s = ``lins[s](x)`` for x [N, in]: one
-    matrix product with the maps' weights (and biases) concatenated, through
-    :func:`linear`; ``lins`` must be :func:`fusable`."""
-    weight = torch.cat([lin.weight for lin in lins])
-    bias = None if lins[0].bias is None else torch.cat([lin.bias for lin in lins])
-    return linear(x, weight, bias).view(x.size(0), len(lins), lins[0].weight.size(0))
+    matrix product with the maps' weights (and biases) concatenated (in the
+    C++ node, or through :func:`linear`); ``lins`` must be :func:`fusable`."""
+    weights = [lin.weight for lin in lins]
+    biases = [] if lins[0].bias is None else [lin.bias for lin in lins]
+    host = _host_linear(x, [*weights, *biases])
+    if host is not None:  # the concatenations inside the C++ node
+        out = host.fused_linear(x, weights, biases)
+    else:
+        out = linear(x, torch.cat(weights), torch.cat(biases) if biases else None)
+    return out.view(x.size(0), len(lins), lins[0].weight.size(0))
 
 
 def add_product(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:
