@@ -161,6 +161,10 @@ RUN_TITLES = {
     "results_h200_gatv2_out_bias":
         "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
         "H200 (issue 8)",
+    "results_h200_fused_linear_attention":
+        "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
+        "the attention layers' fused projections became one C++ autograd node, H200 "
+        "(issues 8, 9)",
 }
 
 
