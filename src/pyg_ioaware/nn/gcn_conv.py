@@ -221,8 +221,8 @@ class GCNConv(FusedMessagePassing):
         layer's raw features), the backward then needs no A^T at all, only
         the GEMM dW = (A_norm X)^T dY, and a new graph's first backward no
         transposed SpMM. Taken for 2-D float32 / float64 features no wider
-        than the output (the SpMM no wider than PyG's), weights that need no
-        gradient, outside autocast (where PyG's X W is 16-bit and its output
+        than the output (the SpMM no wider than PyG's), edge weights that need
+        no gradient, outside autocast (where PyG's X W is 16-bit and its output
         float32) and where ``lin`` is called by no hook."""
         return (plain_linear(self.lin) and node_dim == 0 and x.dim() == 2
                 and x.layout == torch.strided and x.dtype in (torch.float32, torch.float64)
