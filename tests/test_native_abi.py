@@ -933,6 +933,22 @@ def test_graph_build_entries_check_their_parameters():
         assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
 
 
+def test_edge_stats_rows_twin_matches_header():
+    """_native's twin of PYGIO_EDGE_STATS_ROWS(PYGIO_EDGE_STATS_ITEMS(...)):
+    the header's constants, and items counted as the edges, or with the CSR
+    outputs max(edges, rows + 1)."""
+    defines = dict(re.findall(r"#define (PYGIO_EDGE_STATS\w*) (\d+)", HEADER.read_text()))
+    assert int(defines["PYGIO_EDGE_STATS"]) == _native.EDGE_STATS
+    assert int(defines["PYGIO_EDGE_STATS_BLOCKS"]) == _native.EDGE_STATS_BLOCKS
+    assert int(defines["PYGIO_EDGE_STATS_ITEMS_PER_BLOCK"]) == _native.EDGE_STATS_ITEMS_PER_BLOCK
+    per_block = _native.EDGE_STATS_ITEMS_PER_BLOCK
+    assert _native.edge_stats_rows(1) == 1
+    assert _native.edge_stats_rows(per_block + 1) == 2
+    assert _native.edge_stats_rows(2, 2 * per_block) == 3  # 2 * per_block + 1 rowptr items
+    assert _native.edge_stats_rows(3 * per_block, 5) == 3
+    assert _native.edge_stats_rows(1 << 40) == _native.EDGE_STATS_BLOCKS
+
+
 @needs_library
 @pytest.mark.cuda
 def test_edge_stats_rows_must_be_device_or_pinned_memory():

@@ -68,8 +68,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   long long stats[kNumStats];
   for (int s = 0; s < kNumMinSlots; ++s) stats[s] = kStatsInit;
   stats[kSelfLoops] = 0;
-  const int64_t items =
-      rowptr == nullptr ? edges.num_edges : max(edges.num_edges, p.num_rows + 1);
+  const int64_t items = PYGIO_EDGE_STATS_ITEMS(edges.num_edges, p.num_rows, rowptr != nullptr);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < items;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     if (rowptr != nullptr) grouped_csr_item<index_t>(edges, p.num_rows, rowptr, col, row, e);

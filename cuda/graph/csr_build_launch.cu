@@ -80,9 +80,8 @@ int launch_edge_stats(const pygio_edge_stats_params& p, const char* entry) {
   PYGIO_TRY(stats_device_pointer(p.stats, &stats_rows, entry));
   static_assert(Traits::kThreadsPerBlock == PYGIO_EDGE_STATS_ITEMS_PER_BLOCK,
                 "a block's first sweep covers the items of its row");
-  const int64_t items =
-      p.out_rowptr == nullptr ? p.edges.num_edges : std::max(p.edges.num_edges, p.num_rows + 1);
-  const auto grid = static_cast<unsigned>(PYGIO_EDGE_STATS_ROWS(items));
+  const auto grid = static_cast<unsigned>(PYGIO_EDGE_STATS_ROWS(
+      PYGIO_EDGE_STATS_ITEMS(p.edges.num_edges, p.num_rows, p.out_rowptr != nullptr)));
   if (p.out_rowptr == nullptr || p.out_index_bits == 64)
     edge_stats_kernel<Traits, int64_t>
         <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, stats_rows);

@@ -17,8 +17,7 @@ EdgeStatsRead::EdgeStatsRead(const torch::Tensor& edge_index, int64_t num_rows,
   // any torch call, not stderr.
   torch::PyWarningHandler warnings;
   // Pinned, written by the kernel itself: no memset and no copy to enqueue.
-  const int64_t items =
-      num_rows < 0 ? edge_index.size(1) : std::max(edge_index.size(1), num_rows + 1);
+  const int64_t items = PYGIO_EDGE_STATS_ITEMS(edge_index.size(1), num_rows, num_rows >= 0);
   rows_ = torch::empty({PYGIO_EDGE_STATS_ROWS(items), PYGIO_EDGE_STATS},
                        torch::dtype(torch::kLong).pinned_memory(true));
   pygio_edge_stats_params p{};

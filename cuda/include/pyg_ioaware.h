@@ -391,8 +391,8 @@ typedef struct {
  * Reads every edge once (enqueued, not waited for) in
  * PYGIO_EDGE_STATS_ROWS(items) blocks, each writing the statistics of its
  * share of the edges to its row of `stats` ([PYGIO_EDGE_STATS_ROWS(items),
- * PYGIO_EDGE_STATS] int64; items: edges.num_edges, or with the CSR outputs
- * below max(edges.num_edges, num_rows + 1)): {min src, min dst, ~(max src), ~(max dst),
+ * PYGIO_EDGE_STATS] int64; items: PYGIO_EDGE_STATS_ITEMS, the edges, or with
+ * the CSR outputs below max(edges.num_edges, num_rows + 1)): {min src, min dst, ~(max src), ~(max dst),
  * order, ~(longest run), self loops}, the maxima bitwise-negated (so that
  * every value but the last reduces by min); order is 0 exactly where some
  * dst is below its predecessor's (the edges are not grouped by destination,
@@ -416,6 +416,9 @@ typedef struct {
 #define PYGIO_EDGE_STATS 7
 #define PYGIO_EDGE_STATS_BLOCKS 1024
 #define PYGIO_EDGE_STATS_ITEMS_PER_BLOCK 256
+#define PYGIO_EDGE_STATS_ITEMS(num_edges, num_rows, with_csr)                  \
+  ((with_csr) && (int64_t)(num_rows) + 1 > (int64_t)(num_edges) ? (int64_t)(num_rows) + 1 \
+                                                                 : (int64_t)(num_edges))
 #define PYGIO_EDGE_STATS_ROWS(items)                                            \
   ((items) >= (int64_t)PYGIO_EDGE_STATS_BLOCKS * PYGIO_EDGE_STATS_ITEMS_PER_BLOCK \
        ? (int64_t)PYGIO_EDGE_STATS_BLOCKS                                        \

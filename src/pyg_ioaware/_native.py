@@ -1243,9 +1243,12 @@ EDGE_STATS_BLOCKS = 1024
 EDGE_STATS_ITEMS_PER_BLOCK = 256
 
 
-def edge_stats_rows(items: int) -> int:
-    """PYGIO_EDGE_STATS_ROWS: the rows pygio_edge_index_stats writes for
-    ``items`` (the edges, or with the CSR outputs max(edges, rows + 1))."""
+def edge_stats_rows(num_edges: int, num_rows: int = -1) -> int:
+    """PYGIO_EDGE_STATS_ROWS(PYGIO_EDGE_STATS_ITEMS): the rows
+    pygio_edge_index_stats writes for ``num_edges`` edges, with the CSR
+    outputs of ``num_rows`` rows where ``num_rows >= 0`` (items: the edges,
+    or max(num_edges, num_rows + 1))."""
+    items = num_edges if num_rows < 0 else max(num_edges, num_rows + 1)
     return min(EDGE_STATS_BLOCKS, -(-items // EDGE_STATS_ITEMS_PER_BLOCK))
 
 
@@ -1274,8 +1277,8 @@ class _EdgeStatsRead:
     def __init__(self, edge_index: Tensor, num_rows: int = -1,
                  index_dtype: torch.dtype = torch.int32, entries: bool = True):
         device = edge_index.device
-        items = edge_index.size(1) if num_rows < 0 else max(edge_index.size(1), num_rows + 1)
-        rows = torch.empty(edge_stats_rows(items), EDGE_STATS, dtype=torch.int64, device=device)
+        rows = torch.empty(edge_stats_rows(edge_index.size(1), num_rows), EDGE_STATS,
+                           dtype=torch.int64, device=device)
         p, ref = _reused_params(EdgeStatsParams)
         p.device, p.edges = device.index, _edges(edge_index)
         p.stats, p.stream = _int64_pointer(rows), stream_of(edge_index)
