@@ -56,9 +56,20 @@ def instrument() -> None:
     in_flight = graph_module._StatsInFlight
     in_flight.read = timed("  index stats read (prefetched)", in_flight.read)
     _native.csr_from_grouped = timed("  csr_from_grouped", _native.csr_from_grouped)
+    _native.grouped_graph = timed("  grouped graph: launch, read (+ self loops)",
+                                  _native.grouped_graph)
+    _native.start_edge_index_stats = timed("    stats launch (EdgeStatsRead)",
+                                           _native.start_edge_index_stats)
+    graph_cls.__init__ = timed("  Graph.__init__", graph_cls.__init__)
+    graph_cls.from_edge_index = classmethod(timed("  Graph.from_edge_index",
+                                                  graph_cls.from_edge_index.__func__))
+    graph_cls._build = classmethod(timed("    Graph._build", graph_cls._build.__func__))
     graph_cls.with_remaining_self_loops = timed("self-loop graph",
                                                 graph_cls.with_remaining_self_loops)
+    _native.csr_add_self_loops = timed("  csr_add_self_loops", _native.csr_add_self_loops)
     spmm_functional.normalized_values = timed("edge values", normalize.normalized_values)
+    _native.gcn_norm = timed("  gcn_norm", _native.gcn_norm)
+    _native.mean_norm = timed("  mean_norm", _native.mean_norm)
     gcn_conv.gcn_adjacency = timed("gcn_adjacency (all graph work)", gcn_conv.gcn_adjacency)
     fn = spmm.SpmmFunction
     fn.forward = staticmethod(timed("SpmmFunction.forward", fn.forward))

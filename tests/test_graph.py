@@ -591,17 +591,25 @@ def test_cuda_native_statistics_write_the_grouped_csr(entries):
                     expected = _native.edge_index_stats(layout)
                     for index_dtype in (torch.int32, torch.int64):
                         for num_rows in (45, 70):
-                            stats, csr = _native.grouped_csr_and_stats(layout, num_rows,
-                                                                       index_dtype, entries)
+                            loops = entries or (index_dtype == layout.dtype
+                                                and layout.stride(1) == 1)
+                            stats, csr, looped = _native.grouped_graph(
+                                layout, num_rows, num_rows, index_dtype, entries, loops)
                             assert stats == expected
                             assert len(csr) == (3 if entries else 1)
                             assert all(t.dtype == index_dtype for t in csr)
                             in_range = stats.min_dst >= 0 and stats.max_dst < num_rows
+                            assert (looped is not None) == (
+                                loops and _native.grouped_in_range(stats, num_rows, num_rows))
                             if not (stats.grouped and in_range):
                                 continue
                             want = _native.csr_from_grouped(layout, num_rows, index_dtype)
                             for got, reference in zip(csr, want):
                                 assert torch.equal(got, reference)
+                            if looped is not None:  # the self-loop graph over that CSR
+                                for got, reference in zip(looped, _native.csr_add_self_loops(
+                                        *want, None)):
+                                    assert torch.equal(got, reference)
 
 
 def test_cpu_index_statistics_match_the_native_contract():

@@ -10,7 +10,8 @@ from pyg_ioaware.ops.normalize import normalized_values
 
 pytestmark = pytest.mark.cuda
 
-LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "csr_from_grouped", "csr_add_self_loops",
+LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "grouped_graph", "csr_from_grouped",
+            "csr_add_self_loops",
             "csr_pyg_self_loops", "csr_transpose", "gcn_norm", "mean_norm", "spmm_csr", "minmax",
             "minmax_backward", "gatv2", "gatv2_backward", "transformer", "transformer_backward")
 
@@ -48,8 +49,9 @@ def test_graph_launches_match_ctypes(calls, monkeypatch, grouped, index_dtype):
     ctypes_graphs, ctypes_values = build(edge_index, 500, False, monkeypatch)
     assert sum(calls.values()) == 0
     host_graphs, host_values = build(edge_index, 500, True, monkeypatch)
-    # The graph in one launch (statistics and CSR), the PyG self-loop graph's statistics apart.
-    assert calls["EdgeStatsRead"] == 1 and calls["edge_index_stats"] == 1
+    # The graph in one call (statistics and CSR), the PyG self-loop graph's statistics apart.
+    assert calls["grouped_graph"] == 1 and calls["edge_index_stats"] == 1
+    assert calls["EdgeStatsRead"] == 0
     assert calls["csr_from_grouped"] == 0 and calls["csr_add_self_loops"] == 1
     assert calls["csr_pyg_self_loops"] == (1 if grouped else 0) and calls["csr_transpose"] == 1
     assert calls["gcn_norm"] == 3 and calls["mean_norm"] == 2
@@ -79,6 +81,57 @@ def test_stats_read_started_early_matches_ctypes(calls, monkeypatch, index_dtype
     assert _native.decode_edge_index_stats(expected) == _native.edge_index_stats(edge_index)
 
 
+@pytest.mark.parametrize("grouped", [True, False])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_self_loop_graph_built_with_the_graph(calls, monkeypatch, grouped, index_dtype):
+    """Graph.from_input(with_self_loops=True) builds the self-loop graph in
+    the graph's own call where the edges come grouped (from C++ and through
+    ctypes alike) and it equals the one built on first use."""
+    edge_index = random_graph(300, 300, 2500, seed=47, hub_degree=400)
+    if grouped:
+        edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    edge_index = edge_index.to(index_dtype).cuda()
+    reference = Graph.from_edge_index(edge_index, 300).with_remaining_self_loops()
+    for host in (False, True):
+        monkeypatch.setattr(config, "native_host", host)
+        before = dict(calls)
+        graph = Graph.from_input(edge_index.clone(), 300, with_self_loops=True)
+        prebuilt = graph.state.self_loop_graph is not None
+        assert prebuilt == grouped
+        looped = graph.with_remaining_self_loops()
+        if host:
+            assert calls["grouped_graph"] - before["grouped_graph"] == 1
+            assert calls["csr_add_self_loops"] - before["csr_add_self_loops"] == (
+                0 if grouped else 1)
+        assert looped.degree_bound == reference.degree_bound
+        assert looped.state.dropped_loops == reference.state.dropped_loops
+        for name in ("rowptr", "col", "row"):
+            assert torch.equal(getattr(looped, name), getattr(reference, name)), name
+        assert torch.equal(looped.state.edge_origin, reference.state.edge_origin)
+
+
+def test_stats_reads_in_flight_together_each_read_their_own(calls, monkeypatch):
+    """Reads share pinned slots: many held at once (the largest launch's
+    rows included), some dropped unread while their kernel may still run,
+    and slots taken again after them, each read gives its own graph's
+    values."""
+    from pyg_ioaware import _native
+    sizes = [(40, 300), (3000, 400_000), (700, 5000), (90, 64), (1200, 30_000)]
+    graphs = [random_graph(n, n, e, seed=60 + k, hub_degree=n // 2).cuda()
+              for k, (n, e) in enumerate(sizes)]
+    monkeypatch.setattr(config, "native_host", False)
+    expected = [_native.start_edge_index_stats(g).read() for g in graphs]
+    monkeypatch.setattr(config, "native_host", True)
+    for _ in range(3):
+        pending = [_native.start_edge_index_stats(g) for g in graphs]
+        dropped = [_native.start_edge_index_stats(g) for g in reversed(graphs)]
+        del dropped  # unread: their slots go back while their kernels may run
+        again = [_native.start_edge_index_stats(g) for g in graphs]
+        assert [p.read() for p in reversed(again)] == expected[::-1]
+        assert [p.read() for p in pending] == expected
+    assert calls["EdgeStatsRead"] == 3 * 3 * len(graphs)
+
+
 def test_bad_indices_still_raise_before_any_kernel(calls, monkeypatch):
     monkeypatch.setattr(config, "native_host", True)
     edge_index = random_graph(50, 50, 300, seed=43).cuda()
@@ -88,7 +141,7 @@ def test_bad_indices_still_raise_before_any_kernel(calls, monkeypatch):
     edge_index[0, 7] = -1
     with pytest.raises(ValueError, match="negative|out of range"):
         Graph.from_edge_index(edge_index, 50)
-    assert calls["EdgeStatsRead"] == 2 and calls["edge_index_stats"] == 0
+    assert calls["grouped_graph"] == 2 and calls["edge_index_stats"] == 0
     for num_nodes in (0, (50, 0), (0, 50)):  # no nodes at one end: every edge out of range
         with pytest.raises(ValueError, match="out of range"):
             Graph.from_edge_index(edge_index.abs(), num_nodes)

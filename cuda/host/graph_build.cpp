@@ -1,6 +1,5 @@
 #include "graph_build.h"
 
-#include <ATen/core/CachingHostAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/Exceptions.h>
@@ -16,15 +15,12 @@ EdgeStatsRead::EdgeStatsRead(const torch::Tensor& edge_index, int64_t num_rows,
   // torch's warnings (sync debug mode's) reach Python's warnings as from
   // any torch call, not stderr.
   torch::PyWarningHandler warnings;
-  // Pinned, written by the kernel itself: no memset and no copy to enqueue.
   const int64_t items = PYGIO_EDGE_STATS_ITEMS(edge_index.size(1), num_rows, num_rows >= 0);
-  rows_ = torch::empty({PYGIO_EDGE_STATS_ROWS(items), PYGIO_EDGE_STATS},
-                       torch::dtype(torch::kLong).pinned_memory(true));
+  num_stat_rows_ = PYGIO_EDGE_STATS_ROWS(items);
   pygio_edge_stats_params p{};
   p.struct_size = sizeof(p);
   p.device = edge_index.get_device();
   p.edges = edges_of(edge_index);
-  p.stats = rows_.data_ptr<int64_t>();
   if (num_rows >= 0) {
     const auto options = edge_index.options().dtype(index_dtype);
     csr_.push_back(torch::empty({num_rows + 1}, options));
@@ -39,14 +35,18 @@ EdgeStatsRead::EdgeStatsRead(const torch::Tensor& edge_index, int64_t num_rows,
     p.out_row = entries ? csr_[2].data_ptr() : nullptr;
   }
   p.stream = current_stream(edge_index);
-  check(native.edge_index_stats(&p), "pygio_edge_index_stats");
-  const auto stream = c10::cuda::getCurrentCUDAStream(edge_index.get_device());
-  written_.record(stream);
-  // Should this read be dropped unread, torch's pinned-memory cache must not
-  // hand the rows to anyone else before the kernel is done with them.
-  const auto& storage = rows_.storage().data_ptr();
-  at::getHostAllocator(at::kCUDA)->record_event(storage.get(), storage.get_context(), stream);
+  slot_ = take_stats_slot(edge_index.get_device());
+  p.stats = slot_->rows.data_ptr<int64_t>();  // written by the kernel: no memset, no copy
+  try {
+    check(native.edge_index_stats(&p), "pygio_edge_index_stats");
+  } catch (...) {
+    release_stats_slot(slot_);  // nothing was enqueued
+    throw;
+  }
+  slot_->written.record(c10::cuda::getCurrentCUDAStream(edge_index.get_device()));
 }
+
+EdgeStatsRead::~EdgeStatsRead() { release_stats_slot(slot_); }
 
 std::vector<int64_t> EdgeStatsRead::read() const {
   {
@@ -58,11 +58,11 @@ std::vector<int64_t> EdgeStatsRead::read() const {
   std::vector<int64_t> stats(PYGIO_EDGE_STATS);
   {
     py::gil_scoped_release no_gil;  // other Python threads run while this one waits
-    written_.synchronize();
+    slot_->written.synchronize();
     // Every block's row: the first values reduce by min, the last (self loops) by sum.
-    const int64_t* rows = rows_.data_ptr<int64_t>();
+    const int64_t* rows = slot_->rows.data_ptr<int64_t>();
     std::copy(rows, rows + PYGIO_EDGE_STATS, stats.begin());
-    for (int64_t b = 1; b < rows_.size(0); ++b) {
+    for (int64_t b = 1; b < num_stat_rows_; ++b) {
       const int64_t* row = rows + b * PYGIO_EDGE_STATS;
       for (int s = 0; s + 1 < PYGIO_EDGE_STATS; ++s) stats[s] = std::min(stats[s], row[s]);
       stats[PYGIO_EDGE_STATS - 1] += row[PYGIO_EDGE_STATS - 1];
@@ -73,6 +73,30 @@ std::vector<int64_t> EdgeStatsRead::read() const {
 
 std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index) {
   return EdgeStatsRead(edge_index).read();
+}
+
+std::tuple<std::vector<int64_t>, std::vector<torch::Tensor>, std::vector<torch::Tensor>>
+grouped_graph(const torch::Tensor& edge_index, int64_t num_src, int64_t num_dst,
+              c10::ScalarType index_dtype, bool entries, bool self_loops) {
+  TORCH_CHECK(!self_loops || num_src == num_dst, "grouped_graph: self loops need a square graph");
+  TORCH_CHECK(!self_loops || entries ||
+                  (edge_index.scalar_type() == index_dtype && edge_index.stride(1) == 1),
+              "grouped_graph: without entries the self-loop graph reads edge_index's rows as "
+              "its col and row, which must then be contiguous in index_dtype");
+  const EdgeStatsRead pending(edge_index, num_dst, index_dtype, entries);
+  std::vector<int64_t> raw = pending.read();
+  std::vector<torch::Tensor> looped;
+  // PYGIO_EDGE_STATS: min src, min dst, ~max src, ~max dst, grouped, ...
+  const bool grouped_in_range = raw[0] >= 0 && raw[1] >= 0 && ~raw[2] < num_src &&
+                                ~raw[3] < num_dst && raw[4] != 0;
+  if (self_loops && grouped_in_range) {
+    const auto& csr = pending.csr();
+    const torch::Tensor col = entries ? csr[1] : edge_index.select(0, 0);
+    const torch::Tensor row = entries ? csr[2] : edge_index.select(0, 1);
+    auto [rowptr_l, col_l, row_l, origin_l] = csr_add_self_loops(csr[0], col, row, c10::nullopt);
+    looped = {rowptr_l, col_l, row_l, origin_l};
+  }
+  return {std::move(raw), pending.csr(), std::move(looped)};
 }
 
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_from_grouped(

@@ -17,32 +17,64 @@
 
 namespace pygio_host {
 
+// Pinned rows for the largest statistics launch and the event after it:
+// one read's, reused by the reads after it (stats_slots.cpp), so that a new
+// graph's read allocates no host memory and creates no event.
+struct StatsSlot {
+  torch::Tensor rows;  // [PYGIO_EDGE_STATS_BLOCKS, PYGIO_EDGE_STATS] int64, pinned
+  c10::Event written{c10::DeviceType::CUDA};
+  bool taken = false;
+};
+
+// A slot of `device` that no read holds and no kernel still writes (a new
+// one where none is free), marked taken; give it back with release_stats_slot.
+StatsSlot* take_stats_slot(c10::DeviceIndex device);
+void release_stats_slot(StatsSlot* slot);
+
 // The statistics of one CUDA edge_index [2, E], E > 0, on their way to the
 // host: the constructor enqueues pygio_edge_index_stats, its kernel writing
-// its rows straight into pinned memory, and an event after it, and returns
-// without waiting; read() waits for that event only (the build's one host
-// wait, reported to torch's sync debug mode, the GIL released meanwhile;
-// called with the GIL held) and gives the PYGIO_EDGE_STATS values reduced
-// over the rows. With num_rows >= 0 the same launch writes the CSR of the
-// edges as if grouped by destination (pygio_csr_from_grouped's; meaningful
-// only where the values say they are grouped and in range): csr() gives
-// [rowptr [num_rows + 1]] or, with entries, [rowptr, col [E], row [E]] in
-// index_dtype, allocated here.
+// its rows straight into a pinned StatsSlot, and the slot's event after it,
+// and returns without waiting; read() waits for that event only (the
+// build's one host wait, reported to torch's sync debug mode, the GIL
+// released meanwhile; called with the GIL held) and gives the
+// PYGIO_EDGE_STATS values reduced over the rows. With num_rows >= 0 the
+// same launch writes the CSR of the edges as if grouped by destination
+// (pygio_csr_from_grouped's; meaningful only where the values say they are
+// grouped and in range): csr() gives [rowptr [num_rows + 1]] or, with
+// entries, [rowptr, col [E], row [E]] in index_dtype, allocated here. The
+// slot goes back when the read is destroyed (read or not: a slot is taken
+// again only once its kernel is done).
 class EdgeStatsRead {
  public:
   explicit EdgeStatsRead(const torch::Tensor& edge_index, int64_t num_rows = -1,
                          c10::ScalarType index_dtype = torch::kInt, bool entries = true);
+  ~EdgeStatsRead();
+  EdgeStatsRead(const EdgeStatsRead&) = delete;
+  EdgeStatsRead& operator=(const EdgeStatsRead&) = delete;
   std::vector<int64_t> read() const;
   const std::vector<torch::Tensor>& csr() const { return csr_; }
 
  private:
-  torch::Tensor rows_;  // [PYGIO_EDGE_STATS_ROWS(items), PYGIO_EDGE_STATS], pinned
+  StatsSlot* slot_ = nullptr;
+  int64_t num_stat_rows_ = 0;  // PYGIO_EDGE_STATS_ROWS(items): the slot's rows written
   std::vector<torch::Tensor> csr_;
-  c10::Event written_{c10::DeviceType::CUDA};
 };
 
 // EdgeStatsRead(edge_index).read(): enqueued and read at once.
 std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index);
+
+// A new graph's native build in one call (Graph.from_edge_index's grouped
+// path): EdgeStatsRead(edge_index, num_dst, index_dtype, entries) read at
+// once, and, with self_loops (a square graph), where the values say the
+// edges are grouped with every index in range (the rule of
+// pyg_ioaware._native.grouped_in_range), the graph with PyG's remaining
+// self loops enqueued behind it (csr_add_self_loops over that CSR; without
+// entries its col and row are edge_index's rows). Returns (the raw values,
+// EdgeStatsRead::csr(), [] or the self-loop graph's [rowptr, col, row,
+// origin]).
+std::tuple<std::vector<int64_t>, std::vector<torch::Tensor>, std::vector<torch::Tensor>>
+grouped_graph(const torch::Tensor& edge_index, int64_t num_src, int64_t num_dst,
+              c10::ScalarType index_dtype, bool entries, bool self_loops);
 
 // pygio_csr_from_grouped: (rowptr [num_rows + 1], col [E], row [E]) in
 // index_dtype, allocated here.

@@ -22,7 +22,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 7;
+  m.attr("HOST_API_VERSION") = 8;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -110,6 +110,8 @@ PYBIND11_MODULE(_native_host_ext, m) {
         "x [W_1; ...; W_k]^T + [b_1; ...; b_k] as one autograd node", py::arg("x"),
         py::arg("weights"), py::arg("biases"));
   m.def("edge_index_stats", &edge_index_stats, "pygio_edge_index_stats, read back");
+  m.def("grouped_graph", &grouped_graph,
+        "a new graph's statistics, CSR and optionally self-loop graph in one call");
   m.def("csr_from_grouped", &csr_from_grouped, "pygio_csr_from_grouped");
   m.def("csr_add_self_loops", &csr_add_self_loops, "pygio_csr_add_self_loops");
   m.def("csr_pyg_self_loops", &csr_pyg_self_loops, "pygio_csr_pyg_self_loops");

@@ -1337,15 +1337,46 @@ def edge_index_stats(edge_index: Tensor) -> EdgeIndexStats:
     return decode_edge_index_stats(_EdgeStatsRead(edge_index).read())
 
 
-def grouped_csr_and_stats(edge_index: Tensor, num_rows: int, index_dtype: torch.dtype,
-                          entries: bool = True) -> Tuple[EdgeIndexStats, List[Tensor]]:
-    """One launch over a CUDA edge_index [2, E] with E > 0: its statistics,
-    read back (one host synchronisation), and the CSR by destination the
-    same pass wrote as if the edges were grouped ([rowptr], or with
-    ``entries`` [rowptr, col, row], in ``index_dtype``): a new mini-batch
-    graph's whole build where the statistics say grouped and in range."""
-    pending = start_edge_index_stats(edge_index, num_rows, index_dtype, entries)
-    return decode_edge_index_stats(pending.read()), list(pending.csr())
+def grouped_in_range(stats: EdgeIndexStats, num_src: int, num_dst: int) -> bool:
+    """Whether ``stats`` say the edges are grouped by destination with
+    every source in [0, num_src) and destination in [0, num_dst): where the
+    CSR the statistics' launch wrote is the graph's (the host extension's
+    grouped_graph applies the same rule to the raw values)."""
+    return (stats.grouped and stats.min_src >= 0 and stats.min_dst >= 0
+            and stats.max_src < num_src and stats.max_dst < num_dst)
+
+
+def grouped_graph(edge_index: Tensor, num_src: int, num_dst: int, index_dtype: torch.dtype,
+                  entries: bool = True, self_loops: bool = False
+                  ) -> Tuple[EdgeIndexStats, List[Tensor], Optional[Tuple[Tensor, ...]]]:
+    """A new graph's native build over a CUDA edge_index [2, E] with E > 0:
+    one launch for its statistics, read back (one host synchronisation),
+    and the CSR by destination the same pass wrote as if the edges were
+    grouped ([rowptr], or with ``entries`` [rowptr, col, row], in
+    ``index_dtype``); with ``self_loops`` (a square graph), where
+    :func:`grouped_in_range`, the graph with PyG's remaining self loops
+    over that CSR too (:func:`csr_add_self_loops`; without ``entries`` its
+    col and row are edge_index's rows), else None. One call from C++ where
+    the host extension is loaded."""
+    if self_loops and num_src != num_dst:
+        raise ValueError("grouped_graph: self loops need a square graph")
+    if self_loops and not entries and (edge_index.dtype != index_dtype
+                                       or edge_index.stride(1) != 1):
+        raise ValueError("grouped_graph: without entries the self-loop graph reads "
+                         "edge_index's rows as its col and row, which must then be "
+                         "contiguous in index_dtype")
+    host = _native_host.active()
+    if host is not None:
+        raw, csr, looped = _host_call(host.grouped_graph, edge_index, num_src, num_dst,
+                                      index_dtype, entries, self_loops)
+        return decode_edge_index_stats(raw), list(csr), tuple(looped) if looped else None
+    pending = _EdgeStatsRead(edge_index, num_dst, index_dtype, entries)
+    stats, csr = decode_edge_index_stats(pending.read()), list(pending.csr())
+    looped = None
+    if self_loops and grouped_in_range(stats, num_src, num_dst):
+        col, row = (csr[1], csr[2]) if entries else (edge_index[0], edge_index[1])
+        looped = csr_add_self_loops(csr[0], col, row, None)
+    return stats, csr, looped
 
 
 def csr_from_grouped(edge_index: Tensor, num_rows: int,

@@ -241,6 +241,15 @@ class Graph:
         ``num_nodes`` is an int (square graph), a ``(num_src, num_dst)`` pair
         (bipartite), or None (``edge_index.max() + 1``, square).
         """
+        return cls._from_edge_index(edge_index, num_nodes, input_values)
+
+    @classmethod
+    def _from_edge_index(cls, edge_index: Tensor, num_nodes: NumNodes = None,
+                         input_values: Optional[Tensor] = None,
+                         self_loops: bool = False) -> "Graph":
+        """:meth:`from_edge_index`; with ``self_loops``, a square graph's
+        :meth:`with_remaining_self_loops` is built in the same native call
+        where the edges come grouped (CUDA), else left to its first use."""
         _check_edge_index(edge_index)
         num_edges = edge_index.size(1)
         if input_values is not None and input_values.size(0) != num_edges:
@@ -255,14 +264,18 @@ class Graph:
         num_src = num_dst = None
         if num_nodes is not None:
             num_src, num_dst = _resolve_num_nodes(num_nodes, 0)
-        csr = None
+        csr = looped = None
         if num_dst and _native_build(edge_index) and id(edge_index) not in _STATS_IN_FLIGHT:
             # One launch: the statistics and, in the same pass, the CSR as if
             # the edges were grouped (kept by _build where they are). Without
             # destinations every edge is out of range: the check below says so.
             index_dtype = _index_dtype(num_src, num_dst, num_edges)
-            stats, csr = _native.grouped_csr_and_stats(
-                edge_index, num_dst, index_dtype, entries=not _index_views(edge_index, index_dtype))
+            # The self-loop graph keeps the index dtype where its size allows.
+            loops = (self_loops and num_src == num_dst
+                     and _index_dtype(num_dst, num_dst, num_edges + num_dst) == index_dtype)
+            stats, csr, looped = _native.grouped_graph(
+                edge_index, num_src, num_dst, index_dtype,
+                entries=not _index_views(edge_index, index_dtype), self_loops=loops)
         else:
             stats = _index_stats(edge_index)  # the one host synchronisation
             num_src, num_dst = _resolve_num_nodes(num_nodes,
@@ -271,6 +284,8 @@ class Graph:
         graph = cls._build(edge_index, num_src, num_dst, input_values, stats.grouped,
                            stats.longest_run if stats.grouped else None, csr)
         graph.self_loops = stats.self_loops
+        if looped is not None:
+            graph.state.self_loop_graph = graph._self_loop_graph_of(*looped)
         return graph
 
     @classmethod
@@ -288,7 +303,8 @@ class Graph:
         return _cached_graph(adj, num_nodes, _pyg_self_looped, variant="pyg_self_loops")
 
     @classmethod
-    def from_input(cls, adj: Any, num_nodes: NumNodes = None) -> "Graph":
+    def from_input(cls, adj: Any, num_nodes: NumNodes = None, *,
+                   with_self_loops: bool = False) -> "Graph":
         """The Graph of ``adj``, from the cache when ``adj`` was seen before.
 
         Args:
@@ -300,6 +316,11 @@ class Graph:
             num_nodes: an int (square graph), ``(num_src, num_dst)``
                 (bipartite), or None (inferred: an EdgeIndex's or sparse
                 tensor's size, else ``edge_index.max() + 1``).
+            with_self_loops (bool): where this call builds the Graph, also
+                build its :meth:`with_remaining_self_loops` (GCN's graph): in
+                the same native call where the edges come grouped by
+                destination (CUDA), one host call fewer for a new graph.
+                The Graph returned is ``adj``'s either way.
 
         The cache is keyed by the tensor's identity, its version counter
         and the node counts, and holds tensors weakly: an in-place change
@@ -315,14 +336,16 @@ class Graph:
             _check_graph_nodes(adj, num_nodes)
             return adj
         if isinstance(adj, Tensor):
-            return _cached_graph(adj, num_nodes, cls._from_tensor)
+            build = cls._from_tensor_self_looped if with_self_loops else cls._from_tensor
+            return _cached_graph(adj, num_nodes, build)
         if _is_sparse_tensor(adj):
             return _cached_graph(adj, num_nodes, cls._from_sparse_tensor)
         raise TypeError(f"Graph: expected an edge_index tensor, EdgeIndex, torch.sparse tensor, "
                         f"SparseTensor or Graph, got {type(adj).__name__}")
 
     @classmethod
-    def _from_tensor(cls, adj: Tensor, num_nodes: NumNodes) -> "Graph":
+    def _from_tensor(cls, adj: Tensor, num_nodes: NumNodes,
+                     self_loops: bool = False) -> "Graph":
         if adj.layout in (torch.sparse_coo, torch.sparse_csr):
             return cls._from_torch_sparse(adj, num_nodes)
         if adj.layout != torch.strided:
@@ -330,7 +353,11 @@ class Graph:
                              f"(use COO, CSR or an edge_index)")
         if num_nodes is None:
             num_nodes = _edge_index_sparse_size(adj)
-        return cls.from_edge_index(_plain_tensor(adj), num_nodes)
+        return cls._from_edge_index(_plain_tensor(adj), num_nodes, self_loops=self_loops)
+
+    @classmethod
+    def _from_tensor_self_looped(cls, adj: Tensor, num_nodes: NumNodes) -> "Graph":
+        return cls._from_tensor(adj, num_nodes, self_loops=True)
 
     @classmethod
     def _from_torch_sparse(cls, adj: Tensor, num_nodes: NumNodes) -> "Graph":
@@ -441,10 +468,16 @@ class Graph:
         index_dtype = _index_dtype(n, n, num_edges + n)
         if device.type == "cuda" and _native.library() is not None \
                 and index_dtype == self.index_dtype:  # one native call instead of ~30 launches
-            rowptr, col, row, origin = _native.csr_add_self_loops(self.rowptr, self.col,
-                                                                  self.row, self.edge_perm)
+            structure = _native.csr_add_self_loops(self.rowptr, self.col, self.row,
+                                                   self.edge_perm)
         else:
-            rowptr, col, row, origin = self._self_loop_structure(index_dtype)
+            structure = self._self_loop_structure(index_dtype)
+        return self._self_loop_graph_of(*structure)
+
+    def _self_loop_graph_of(self, rowptr: Tensor, col: Tensor, row: Tensor,
+                            origin: Tensor) -> "Graph":
+        """The self-loop graph over its structure (pygio_csr_add_self_loops's)."""
+        n = self.num_dst
         looped = Graph(rowptr=rowptr, col=col, row=row, num_src=n, num_dst=n,
                        degree_bound=None if self.degree_bound is None else self.degree_bound + 1)
         looped.state.edge_origin = origin

@@ -185,7 +185,10 @@ def gcn_adjacency(adj: Any, num_nodes: NumNodes, edge_weight: Optional[Tensor] =
     who = "GCNConv"
     if flow not in FLOWS:
         raise ValueError(f"{who}: flow must be one of {FLOWS}, got {flow!r}")
-    graph = Graph.from_input(adj, num_nodes)
+    # A new graph's self-loop graph is built with it where the flow keeps
+    # its direction (the reversed graph's loops are built on first use).
+    graph = Graph.from_input(adj, num_nodes,
+                             with_self_loops=add_self_loops and flow == "source_to_target")
     if flow == "target_to_source":
         graph = graph.reversed()
     edge_weight = input_edge_weight(graph, edge_weight, who)
