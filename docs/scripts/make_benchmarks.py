@@ -161,6 +161,9 @@ RUN_TITLES = {
     "results_h200_gatv2_out_bias":
         "GATv2Conv (2, 64) with no saved output and its bias in the kernels' output pass, "
         "H200 (issue 8)",
+    "results_h200_stats_slots_minibatch":
+        "Every mini-batch layer after a new graph's read reused its pinned rows and GCN's "
+        "self-loop graph joined the graph's own host call (issues 5, 7-9)",
     "results_h200_fused_linear_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
         "the attention layers' fused projections became one C++ autograd node, H200 "
