@@ -106,6 +106,22 @@ def test_cache_hit_does_no_graph_work(monkeypatch):
         Graph.from_input(edge_index.clone(), num_nodes=30)  # another tensor: rebuilt
 
 
+def test_with_self_loops_shares_the_graph_and_its_cache_entry():
+    """Graph.from_input(with_self_loops=True) gives adj's Graph, cached under
+    the same key as a plain call, with the same self-loop graph as one built
+    on first use (on the CPU: built on first use; CUDA: test_native_host)."""
+    edge_index = random_graph(40, 40, 150, seed=9)
+    graph = Graph.from_input(edge_index, num_nodes=40, with_self_loops=True)
+    assert Graph.from_input(edge_index, num_nodes=40) is graph
+    assert Graph.from_input(edge_index, num_nodes=40, with_self_loops=True) is graph
+    assert_structure(graph, edge_index, 40, 40)
+    reference = Graph.from_edge_index(edge_index, 40).with_remaining_self_loops()
+    looped = graph.with_remaining_self_loops()
+    for name in ("rowptr", "col", "row"):
+        assert torch.equal(getattr(looped, name), getattr(reference, name)), name
+    assert torch.equal(looped.state.edge_origin, reference.state.edge_origin)
+
+
 def test_cache_sees_in_place_edits_and_node_counts():
     edge_index = random_graph(30, 30, 100, seed=7)
     first = Graph.from_input(edge_index, num_nodes=30)
