@@ -11,9 +11,9 @@ from pyg_ioaware.ops.normalize import normalized_values
 pytestmark = pytest.mark.cuda
 
 LAUNCHES = ("EdgeStatsRead", "edge_index_stats", "grouped_graph", "csr_from_grouped",
-            "csr_add_self_loops",
-            "csr_pyg_self_loops", "csr_transpose", "gcn_norm", "mean_norm", "spmm_csr", "minmax",
-            "minmax_backward", "gatv2", "gatv2_backward", "transformer", "transformer_backward")
+            "csr_add_self_loops", "csr_pyg_self_loops", "csr_transpose", "gcn_norm", "mean_norm",
+            "spmm_csr", "minmax", "minmax_backward", "gatv2", "gatv2_backward", "transformer",
+            "transformer_backward")
 
 
 @pytest.fixture
@@ -130,6 +130,26 @@ def test_stats_reads_in_flight_together_each_read_their_own(calls, monkeypatch):
         assert [p.read() for p in reversed(again)] == expected[::-1]
         assert [p.read() for p in pending] == expected
     assert calls["EdgeStatsRead"] == 3 * 3 * len(graphs)
+
+
+def test_stats_slot_not_taken_while_another_stream_may_write_it(calls, monkeypatch):
+    """A read dropped unread on a stream that has not reached its kernel
+    yet keeps its slot out of use: a read started meanwhile on another
+    stream gets its own rows, which the late kernel does not overwrite."""
+    from pyg_ioaware import _native
+    late, now = (random_graph(n, n, 5 * n, seed=70 + n).cuda() for n in (80, 120))
+    monkeypatch.setattr(config, "native_host", True)
+    expected = _native.start_edge_index_stats(now).read()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # its kernel runs long after the read below started
+        dropped = _native.start_edge_index_stats(late)
+    del dropped
+    pending = _native.start_edge_index_stats(now)
+    torch.cuda.synchronize()  # the late kernel has written its rows by now
+    assert pending.read() == expected
+    assert pending.read() != _native.start_edge_index_stats(late).read()
 
 
 def test_bad_indices_still_raise_before_any_kernel(calls, monkeypatch):
