@@ -270,9 +270,9 @@ class Graph:
             # the edges were grouped (kept by _build where they are). Without
             # destinations every edge is out of range: the check below says so.
             index_dtype = _index_dtype(num_src, num_dst, num_edges)
-            # The self-loop graph keeps the index dtype where its size allows.
+            # Built natively only where it keeps the index dtype (as on first use).
             loops = (self_loops and num_src == num_dst
-                     and _index_dtype(num_dst, num_dst, num_edges + num_dst) == index_dtype)
+                     and _self_loop_index_dtype(num_dst, num_edges) == index_dtype)
             stats, csr, looped = _native.grouped_graph(
                 edge_index, num_src, num_dst, index_dtype,
                 entries=not _index_views(edge_index, index_dtype), self_loops=loops)
@@ -465,7 +465,7 @@ class Graph:
             raise ValueError(f"Graph: self loops need a square graph, got num_src={self.num_src}"
                              f" and num_dst={self.num_dst}")
         n, num_edges, device = self.num_dst, self.num_edges, self.device
-        index_dtype = _index_dtype(n, n, num_edges + n)
+        index_dtype = _self_loop_index_dtype(n, num_edges)
         if device.type == "cuda" and _native.library() is not None \
                 and index_dtype == self.index_dtype:  # one native call instead of ~30 launches
             structure = _native.csr_add_self_loops(self.rowptr, self.col, self.row,
@@ -788,6 +788,12 @@ def _index_dtype(num_src: int, num_dst: int, num_edges: int) -> torch.dtype:
     if os.environ.get(ENV_FORCE_INT64) == "1":
         return torch.int64
     return torch.int32 if max(num_src, num_dst, num_edges) <= INT32_LIMIT else torch.int64
+
+
+def _self_loop_index_dtype(num_nodes: int, num_edges: int) -> torch.dtype:
+    """The index dtype of a square graph's self-loop graph: its
+    ``num_edges`` entries and one loop a node."""
+    return _index_dtype(num_nodes, num_nodes, num_edges + num_nodes)
 
 
 def _index_views(edge_index: Tensor, index_dtype: torch.dtype) -> bool:
