@@ -12,7 +12,8 @@
 //  - minmax_hub_finish_kernel: hub words -> out and arg.
 // Backward, grad_x = the gradient of out through arg's rule:
 //  - minmax_grad_rows_kernel: a warp per row, laid out as the forward;
-//    plain winners get their gradient with one atomicAdd; the elements arg
+//    plain winners get their gradient with one atomicAdd, consecutive
+//    lanes on consecutive features (add_winner_gradients); the elements arg
 //    marks (ties, zeros, NaN) count the row's matches with vector loads,
 //    keeping the first two, then add each its share (add_walk_shares); a
 //    hub row with such elements is registered;
@@ -411,17 +412,58 @@ struct GradHubs {
   acc_t* matches;  // [list.capacity, width], zeroed
 };
 
+// acc[code, f] += the gradient of every plain winner among the features
+// of the pass at piece `base` (sub-group 0's pieces: features [base * V,
+// (base + lanes) * V)), consecutive lanes adding consecutive features:
+// lane k takes feature k of the pass from the lane holding it (V shuffles
+// a value, one kept). Where lanes added their own pieces, a warp's atomic
+// instruction landed on as many 32-byte sectors as lanes, a piece apart;
+// now, where winners repeat along the row (every source of a low-degree
+// row), it falls on a few (H200, min D=512 fp32 backward: roads-like 0.85
+// -> 0.58 ms, arxiv-like 0.72 -> 0.58, pokec-like 19.0 -> 17.0, web-like
+// 8.1 -> 7.8; staged through shared memory instead, bf16 lost 7-15% on
+// arxiv-, pokec- and web-like). Every lane of the warp calls it alike.
+template <typename Traits>
+__device__ __forceinline__ void add_winner_gradients(const pygio_minmax_backward_params& p,
+                                                     WarpLayout layout, int lane, int64_t base,
+                                                     const GradPiece<Traits>& g,
+                                                     typename Traits::acc_t* __restrict__ acc,
+                                                     int64_t acc_stride) {
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec;
+  bool any_winner = false;  // an inactive piece's codes are PYGIO_ARG_EMPTY
+#pragma unroll
+  for (int i = 0; i < V; ++i) any_winner = any_winner || g.code[i] >= 0;
+  if (!__any_sync(0xffffffffu, any_winner)) return;  // isolated rows, only ties
+  const int features = layout.lanes() * V;
+  acc_t* __restrict__ at = acc + base * V;
+  for (int k0 = 0; k0 < features; k0 += kWarpSize) {
+    const int k = k0 + lane;
+    const int holder = k < features ? k / V : 0;
+    int32_t code = PYGIO_ARG_EMPTY;
+    acc_t grad = 0;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const int32_t c = __shfl_sync(0xffffffffu, g.code[i], holder);
+      const acc_t v = __shfl_sync(0xffffffffu, g.grad[i], holder);
+      if (i == k % V) code = c, grad = v;
+    }
+    if (k < features && code >= 0 && code < p.a.num_cols)
+      atomicAdd(at + code * acc_stride + k, grad);
+  }
+}
+
 // acc (row stride acc_stride, zeroed) += the gradient of every output
-// element: a warp per row; plain elements with one atomicAdd each, the
-// elements that walk through add_walk_shares. Hub rows with walking
-// elements are registered for the chunk kernels instead of walked here.
+// element: a warp per row; plain elements with one atomicAdd each
+// (add_winner_gradients), the elements that walk through add_walk_shares.
+// Hub rows with walking elements are registered for the chunk kernels
+// instead of walked here.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_grad_rows_kernel(const __grid_constant__ pygio_minmax_backward_params p,
                             WarpLayout layout, const GradHubs<typename Traits::acc_t> hubs,
                             typename Traits::acc_t* __restrict__ acc, int64_t acc_stride) {
   using index_t = typename Traits::index_t;
-  using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int lane = threadIdx.x % kWarpSize;
@@ -448,12 +490,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       const bool active = piece < pieces;
       GradPiece<Traits> g;
       g.load(p, row, piece, active);
-      if (layout.sub_group(lane) == 0 && active) {
-#pragma unroll
-        for (int i = 0; i < V; ++i)
-          if (g.code[i] >= 0 && g.code[i] < p.a.num_cols)
-            atomicAdd(acc + g.code[i] * acc_stride + piece * V + i, g.grad[i]);
-      }
+      add_winner_gradients<Traits>(p, layout, lane, base, g, acc, acc_stride);
       if (hub || !__any_sync(0xffffffffu, g.any_walk)) continue;
       add_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, acc, acc_stride);
     }
