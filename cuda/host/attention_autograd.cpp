@@ -17,9 +17,8 @@
 // out as the kernels read them. The launches are attention_launch.h's.
 #include "attention_autograd.h"
 
-#include <torch/csrc/autograd/functions/basic_ops.h>
-
 #include "attention_launch.h"
+#include "autograd_support.h"
 #include "native_api.h"
 
 namespace pygio_host {
@@ -113,21 +112,6 @@ std::pair<Tensor, std::vector<OptionalTensor>> gradient_slots(size_t count,
   const int64_t slots = packed.size(1);
   for (int64_t i = 0; i < slots; ++i) into[count - slots + i] = gradient.select(1, i);
   return {gradient, into};
-}
-
-// Python's torch.autograd.function.once_differentiable for a C++ backward:
-// where the backward records a graph (create_graph) and its incoming
-// gradient requires one, the gradients go out through a DelayedError node,
-// so that differentiating them again raises (and not silently gives zero).
-variable_list once_differentiable(variable_list grads, const Tensor& incoming) {
-  if (!torch::GradMode::is_enabled() || !incoming.requires_grad()) return grads;
-  for (Tensor& g : grads) {
-    if (g.defined()) g = g.detach().requires_grad_(true);
-  }
-  auto error = std::make_shared<torch::autograd::DelayedError>(
-      "trying to differentiate twice a function that was marked with @once_differentiable",
-      static_cast<int64_t>(grads.size()));
-  return error->apply(std::move(grads));
 }
 
 class TransformerFunction : public torch::autograd::Function<TransformerFunction> {

@@ -24,6 +24,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include "autograd_support.h"
 #include "native_api.h"
 #include "spmm_launch.h"
 
@@ -55,26 +56,6 @@ Csr csr_from_python(const py::handle& parts) {
   auto tuple = parts.cast<py::tuple>();
   return Csr{tuple[0].cast<Tensor>(), tuple[1].cast<Tensor>(), tuple[2].cast<Tensor>(),
              tuple[3].cast<int64_t>()};
-}
-
-// A Python object kept in an autograd context's saved_data (an IValue
-// capsule); released with the GIL, from whichever thread frees the context.
-struct PythonObject : torch::CustomClassHolder {
-  explicit PythonObject(py::object object) : object(std::move(object)) {}
-  ~PythonObject() override {
-    py::gil_scoped_acquire gil;
-    object = py::object();
-  }
-  py::object object;
-};
-
-c10::IValue hold(const py::object& object) {
-  return c10::IValue::make_capsule(c10::make_intrusive<PythonObject>(object));
-}
-
-// The object `hold` saved (the GIL held).
-py::object python_object(const c10::IValue& value) {
-  return static_cast<PythonObject*>(value.toCapsule().get())->object;
 }
 
 class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
