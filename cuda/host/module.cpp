@@ -1,7 +1,8 @@
 // The host extension module pyg_ioaware._native_host_ext: the native
 // library's host side in C++ where Python's costs more than the kernels
-// (see spmm_autograd.h, attention_autograd.h, linear_autograd.h, graph_build.h,
-// spmm_launch.h, minmax_launch.h, attention_launch.h).
+// (see spmm_autograd.h, minmax_autograd.h, attention_autograd.h,
+// linear_autograd.h, graph_build.h, spmm_launch.h, minmax_launch.h,
+// attention_launch.h).
 // Built against the torch it runs with.
 #include <torch/extension.h>
 
@@ -9,6 +10,7 @@
 #include "attention_launch.h"
 #include "graph_build.h"
 #include "linear_autograd.h"
+#include "minmax_autograd.h"
 #include "minmax_launch.h"
 #include "native_api.h"
 #include "spmm_autograd.h"
@@ -22,7 +24,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 8;
+  m.attr("HOST_API_VERSION") = 9;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -90,6 +92,10 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.def("spmm", &spmm_autograd, "Y = A X + b with its backward in C++", py::arg("x"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
         py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
+  m.def("minmax_aggregate", &minmax_autograd,
+        "neighbour min / max with its backward in C++", py::arg("x"), py::arg("rowptr"),
+        py::arg("col"), py::arg("reduce"), py::arg("hub_degree"), py::arg("max_hubs"),
+        py::arg("backward_hub_degree"), py::arg("backward_max_hubs"), py::arg("graph"));
   m.def("transformer_attention", &transformer_autograd,
         "graph-transformer attention [out, lse] with its backward in C++", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("packed"), py::arg("edge"), py::arg("structure"),

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .. import _native
+from .. import _native, _native_host
 from ..graph import INT32_LIMIT, entry_rows
 from . import checks
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
@@ -304,15 +304,37 @@ def _minmax_by_torch(graph, x: Tensor, reduce: str) -> Tensor:
     return out.to(x.dtype)
 
 
+def native_autograd_minmax(graph, x: Tensor, reduce: str,
+                           hub_quantile: float) -> Optional[Tensor]:
+    """:class:`MinMaxFunction` over ``graph`` with its autograd in C++
+    (pyg_ioaware._native_host: the same kernels, outputs and gradients
+    without the Function's Python), where that applies: eagerly on CUDA
+    with config.native_host on and the extension loaded; else None. The
+    deterministic flag is read at the backward, as the Function reads it."""
+    extension = _native_host.active()
+    if extension is None or not x.is_cuda or torch.compiler.is_compiling():
+        return None
+    rowptr, col = graph.rowptr, graph.col
+    degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
+    backward_split = ((degree, max_hubs) if hub_quantile == DEFAULT_HUB_QUANTILE
+                      else hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE))
+    return extension.minmax_aggregate(_rows_readable(x), rowptr, col, _native.REDUCE_CODES[reduce],
+                                      degree, max_hubs, *backward_split, graph)
+
+
 def graph_minmax(graph, x: Tensor, reduce: str,
                  hub_quantile: float = DEFAULT_HUB_QUANTILE) -> Tensor:
     """out[d, f] = min / max over the edges (s -> d) of ``graph`` of x[s, f]
     (0 where d has none), for 2-D x [graph.num_src, C] already checked;
-    differentiable in x: through :class:`MinMaxFunction` where the native
-    kernels run, else through ``_minmax_by_torch``. Without a gradient
-    to record no arg is kept."""
+    differentiable in x: through :class:`MinMaxFunction` (its autograd in
+    C++ where :func:`native_autograd_minmax` applies) where the native
+    kernels run, else through ``_minmax_by_torch``. Without a gradient to
+    record no arg is kept."""
     if torch.is_grad_enabled() and x.requires_grad:
         if not native_ready(x.device):
             return _minmax_by_torch(graph, x, reduce)
+        native = native_autograd_minmax(graph, x, reduce, hub_quantile)
+        if native is not None:
+            return native
         return MinMaxFunction.apply(graph, x, reduce, hub_quantile)
     return minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, False)[0]

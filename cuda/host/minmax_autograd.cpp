@@ -1,0 +1,101 @@
+// The reduction family's autograd in C++: the host side of a training step
+// on a small graph, where ops.minmax.MinMaxFunction's Python forward and
+// backward bodies cost more than the kernels.
+//
+//   forward:  out, arg = pygio_minmax over the CSR (arg: int32, each
+//             element's winner or the mark of an element the backward
+//             walks); saves x, out and arg, no edge tensor
+//   backward: grad_x = pygio_minmax_backward through arg (atomics), or,
+//             with torch's deterministic algorithms on, over the CSR^T
+//             (the graph's, from Python, the only thing asked of it)
+//
+// Part of the host extension module (module.cpp), called only by
+// ops.minmax on a Graph's structure and features it has checked. The
+// launches are minmax_launch.h's.
+#include "minmax_autograd.h"
+
+#include <ATen/Context.h>
+#include <torch/csrc/Exceptions.h>
+
+#include "autograd_support.h"
+#include "minmax_launch.h"
+#include "native_api.h"
+
+namespace pygio_host {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Whether the kernels read t's rows in place: inner stride 1, rows that do
+// not overlap (an expanded gradient's do).
+bool readable_rows(const Tensor& t) {
+  return t.stride(1) == 1 && (t.size(0) <= 1 || t.stride(0) >= t.size(1));
+}
+
+Tensor rows_readable(const Tensor& t) { return readable_rows(t) ? t : t.contiguous(); }
+
+class MinMaxFunction : public torch::autograd::Function<MinMaxFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& rowptr,
+                        const Tensor& col, int64_t reduce,
+                        const c10::optional<Tensor>& hub_degree, int64_t max_hubs,
+                        const c10::optional<Tensor>& backward_hub_degree,
+                        int64_t backward_max_hubs, const py::object& graph) {
+    const int64_t rows = rowptr.numel() - 1, width = x.size(1);
+    Tensor out = torch::empty({rows, width}, x.options());
+    Tensor arg = torch::empty({rows, width}, x.options().dtype(torch::kInt));
+    if (rows > 0 && width > 0)
+      minmax(rowptr, col, x, reduce, hub_degree.value_or(Tensor()), max_hubs, out, arg);
+    ctx->save_for_backward(
+        {x, out, arg, rowptr, col, backward_hub_degree.value_or(Tensor())});
+    ctx->saved_data["reduce"] = reduce;
+    ctx->saved_data["max_hubs"] = backward_max_hubs;
+    ctx->saved_data["graph"] = hold(graph);
+    return out;
+  }
+
+  // One gradient per forward argument: x's, then none for the other eight.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &out = saved[1], &arg = saved[2], &rowptr = saved[3],
+                 &col = saved[4], &hub_degree = saved[5];
+    Tensor rowptr_t, col_t;  // the CSR^T, only for a deterministic backward
+    if (at::globalContext().deterministicAlgorithms()) {
+      py::gil_scoped_acquire gil;
+      py::object transpose = python_object(ctx->saved_data["graph"]).attr("transpose");
+      rowptr_t = transpose.attr("rowptr").cast<Tensor>();
+      col_t = transpose.attr("col").cast<Tensor>();
+    }
+    variable_list result(9);
+    {
+      torch::NoGradGuard no_grad;  // once differentiable: nothing recorded here
+      Tensor grad_x = torch::empty(x.sizes(), x.options());
+      minmax_backward(rowptr, col, rowptr_t, col_t, x, out, arg, rows_readable(grads[0]),
+                      ctx->saved_data["reduce"].toInt(), hub_degree,
+                      ctx->saved_data["max_hubs"].toInt(), grad_x);
+      result[0] = grad_x;
+    }
+    return once_differentiable(std::move(result), grads[0]);
+  }
+};
+
+}  // namespace
+
+Tensor minmax_autograd(const Tensor& x, const Tensor& rowptr, const Tensor& col,
+                       int64_t reduce, const c10::optional<Tensor>& hub_degree,
+                       int64_t max_hubs, const c10::optional<Tensor>& backward_hub_degree,
+                       int64_t backward_max_hubs, const py::object& graph) {
+  torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
+  TORCH_CHECK(native.minmax != nullptr, "pyg_ioaware host extension: set_native first");
+  TORCH_CHECK(x.is_cuda() && x.dim() == 2 && readable_rows(x),
+              "pyg_ioaware host extension: x must be a 2-D CUDA tensor of inner stride 1 "
+              "and rows that do not overlap");
+  TORCH_CHECK(rowptr.scalar_type() == col.scalar_type(),
+              "pyg_ioaware host extension: rowptr and col must share one index dtype");
+  return MinMaxFunction::apply(x, rowptr, col, reduce, hub_degree, max_hubs,
+                               backward_hub_degree, backward_max_hubs, graph);
+}
+
+}  // namespace pygio_host
