@@ -164,6 +164,12 @@ RUN_TITLES = {
     "results_h200_stats_slots_minibatch":
         "Every mini-batch layer after a new graph's read reused its pinned rows and GCN's "
         "self-loop graph joined the graph's own host call (issues 5, 7-9)",
+    "results_h200_minmax_native_minibatch":
+        "Every mini-batch layer after the min / max autograd moved to C++ and its backward's "
+        "winner atomics to consecutive features (issues 5, 7-9)",
+    "results_h200_minmax_native_min512":
+        "Min aggregation D=512 against PyG after the min / max autograd moved to C++ and its "
+        "backward's winner atomics to consecutive features, H200 (issue 7)",
     "results_h200_fused_linear_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
         "the attention layers' fused projections became one C++ autograd node, H200 "
