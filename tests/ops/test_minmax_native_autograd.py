@@ -36,7 +36,8 @@ def aggregate_and_grad(graph, x, grad_out, reduce, native, monkeypatch):
 
 
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomics", "deterministic"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64],
+                         ids=["fp32", "bf16", "fp16", "fp64"])
 @pytest.mark.parametrize("width", [7, 64, 130])
 @pytest.mark.parametrize("reduce", ["min", "max"])
 def test_matches_the_python_function(calls, monkeypatch, reduce, width, dtype, deterministic):
