@@ -37,8 +37,9 @@ def main() -> None:
     edge_index, num_nodes = generate(args.graph, device="cuda")
     edge_index = one_self_loop_per_node(edge_index, num_nodes, num_nodes)
     width = args.heads * args.channels
+    options = {"add_self_loops": False} if args.layer == "GATv2Conv" else {}  # loops added above
     layer = getattr(pyg_ioaware.nn, args.layer)(width, args.channels, heads=args.heads,
-                                                add_self_loops=False).cuda()
+                                                **options).cuda()
     x = torch.randn(num_nodes, width, device="cuda", requires_grad=True)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
 
