@@ -28,6 +28,37 @@
 
 namespace pygio {
 
+// Blocks an SM holds at least in the four kernels below: the traits' rule
+// where a lane holds one piece of a head; with several pieces (the heads
+// of one pass; transformer_launch.cu's backward plan) 3 in fp32 and 2 in
+// 16-bit, where ptxas chose 152-182 registers (8-16 warps an SM) and now
+// keeps 80 or 128, spilling up to 190 bytes (4 blocks in fp32, 64
+// registers: 10-35% slower).
+template <typename Traits>
+constexpr int transformer_backward_min_blocks() {
+  return Traits::kOnePiece ? Traits::kBackwardMinBlocks
+                           : sizeof(typename Traits::scalar_t) == 4 ? 3 : 2;
+}
+
+// Whether both passes ask L2 for the rows of a slot's next entry while an
+// entry is gathered (prefetch_head_slice): in 16-bit with several pieces a
+// lane. H200, bf16 backward, ms: (4, 128) pokec-like 62.6 -> 59.5,
+// web-like 33.8 -> 33.5, arxiv-like 3.69 -> 3.70; (2, 64), one piece a
+// lane, 3% slower on arxiv- and web-like; fp32 (4, 128) 0-6% slower in
+// either pass.
+template <typename Traits>
+constexpr bool kTransformerBackwardPrefetch =
+    sizeof(typename Traits::scalar_t) == 2 && !Traits::kOnePiece;
+
+// Asks L2 for row j's slice of one head (`slice_bytes` from `head`, rows
+// `row_bytes` apart), a 128-byte line per lane of the group.
+template <typename scalar_t, typename index_t>
+__device__ __forceinline__ void prefetch_head_slice(const scalar_t* head, index_t j,
+                                                    uint64_t row_bytes, int line, int slice_bytes) {
+  if (line < slice_bytes)
+    prefetch_l2(reinterpret_cast<const char*>(row_address(head, j, row_bytes)) + line);
+}
+
 // Delta[row, h] = <grad_out[row, h], out[row, h]> (every lane of the group gets it).
 template <typename Traits>
 __device__ __forceinline__ float row_delta(const pygio_transformer_backward_params& p,
@@ -71,7 +102,13 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
   const uint64_t edge_row_bytes = s.width() * sizeof(scalar_t);
 #pragma unroll
   for (int k = 0; k < E; ++k) acc[k] = 0.f;
-  walk_row<U, 1>(s, lane, begin, end, index, [&](const WalkStep<U, 1, index_t>& walk) {
+  const int line = s.layout.lane_in_group(lane) * 128;
+  const int slice_bytes = static_cast<int>(s.channels * sizeof(scalar_t));
+  const auto prefetch_rows = [&](index_t j) {
+    prefetch_head_slice(k_head, j, k_row_bytes, line, slice_bytes);
+    prefetch_head_slice(v_head, j, v_row_bytes, line, slice_bytes);
+  };
+  const auto step = [&](const WalkStep<U, 1, index_t>& walk) {
     RawSlice<Traits> key_raw[U], value_raw[U], edge_raw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -114,7 +151,11 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
 #pragma unroll
       for (int k = 0; k < E; ++k) acc[k] += ds * key[k];
     }
-  });
+  };
+  if constexpr (kTransformerBackwardPrefetch<Traits>)
+    walk_row<U, 1>(s, lane, begin, end, index, step, prefetch_rows);
+  else
+    walk_row<U, 1>(s, lane, begin, end, index, step);
   sum_over_slots(acc, s);
 #pragma unroll
   for (int k = 0; k < E; ++k) acc[k] *= p.scale;
@@ -124,7 +165,7 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
 // (grid-stride), its heads in passes; a row above the hub threshold gets
 // its Delta and is registered for transformer_backward_hub_rows_kernel.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, transformer_backward_min_blocks<Traits>())
     transformer_backward_rows_kernel(const __grid_constant__ pygio_transformer_backward_params p,
                                      GatShape s, GatGradHubs hubs, float* __restrict__ delta) {
   using index_t = typename Traits::index_t;
@@ -157,7 +198,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
 // The grad_q terms of each (hub chunk, head) of a added to the hub's
 // accumulator: a warp per (chunk, pass of heads).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, transformer_backward_min_blocks<Traits>())
     transformer_backward_hub_rows_kernel(
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
         GatGradHubs hubs, const float* __restrict__ delta) {
@@ -209,7 +250,13 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
   const uint64_t heads_bytes = s.heads * sizeof(float);     // lse, delta
 #pragma unroll
   for (int c = 0; c < E; ++c) acc_k[c] = acc_v[c] = 0.f;
-  walk_row<U, 2>(s, lane, begin, end, index, [&](const WalkStep<U, 2, index_t>& walk) {
+  const int line = s.layout.lane_in_group(lane) * 128;
+  const int slice_bytes = static_cast<int>(s.channels * sizeof(scalar_t));
+  const auto prefetch_rows = [&](index_t i) {
+    prefetch_head_slice(q_head, i, q_row_bytes, line, slice_bytes);
+    prefetch_head_slice(dout_head, i, row_bytes, line, slice_bytes);
+  };
+  const auto step = [&](const WalkStep<U, 2, index_t>& walk) {
     RawSlice<Traits> q_raw[U], dout_raw[U], edge_raw[U];
     float lse[U], row_d[U];
 #pragma unroll
@@ -266,7 +313,11 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
         store_slice<Traits>(grad_edge + e * s.width(), s, lane, d_edge);
       }
     }
-  });
+  };
+  if constexpr (kTransformerBackwardPrefetch<Traits>)
+    walk_row<U, 2>(s, lane, begin, end, index, step, prefetch_rows);
+  else
+    walk_row<U, 2>(s, lane, begin, end, index, step);
   sum_over_slots(acc_k, s);
   sum_over_slots(acc_v, s);
 #pragma unroll
@@ -277,7 +328,7 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
 // warp per row (grid-stride), its heads in passes; rows above the hub
 // threshold are registered for transformer_backward_hub_sources_kernel.
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, transformer_backward_min_blocks<Traits>())
     transformer_backward_sources_kernel(
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
         GatGradHubs hubs, const float* __restrict__ delta) {
@@ -314,7 +365,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
 // the hub's accumulators ([slot, 2, heads * channels]; grad_edge written as
 // in transformer_backward_sources_kernel): a warp per (chunk, pass of heads).
 template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMinBlocks)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, transformer_backward_min_blocks<Traits>())
     transformer_backward_hub_sources_kernel(
         const __grid_constant__ pygio_transformer_backward_params p, GatShape s,
         GatGradHubs hubs, const float* __restrict__ delta) {

@@ -15,13 +15,25 @@
 namespace pygio {
 namespace {
 
-// The transformer's wide_pieces for gatv2::make_plan, every dtype: up to 4
-// pieces a lane where that puts more heads in one pass. H100, (4, 128)
+// The transformer forward's wide_pieces for gatv2::make_plan (attention
+// weights too), every dtype: up to 4 pieces a lane where that puts more
+// heads in one pass. H100, (4, 128)
 // (one pass instead of four in fp32, two in 16-bit), ms fwd / bwd:
 // arxiv-like fp32 2.50 / 6.10 -> 1.81 / 5.57, bf16 2.18 / 5.05 -> 1.83 /
 // 4.11; pokec-like fp32 51.2 / 125.5 -> 48.4 / 115.3, bf16 38.3 / 84.9 ->
 // 32.6 / 72.5 (2 pieces: the same but pokec-like fp32 forward 52.2).
 constexpr int kTransformerWidePieces = 4;
+
+// The backward's: 2 in fp32, 4 in 16-bit. With the backward kernels'
+// register bound (transformer_backward_min_blocks), fp32 (4, 128) in two
+// passes of 2 pieces a lane, 24 warps an SM, against one pass of 4 pieces
+// at 8 (H200, ms: arxiv-like 4.87 -> 4.61, pokec-like 95.1 -> 82.3,
+// web-like 51.9 -> 45.5; 4 pieces at 16 warps: 4.55, 94.8, -); 16-bit
+// keeps one pass of 2 pieces a lane (bf16 3.69 -> 3.72, 66.0 -> 59.5,
+// 36.1 -> 33.6 with its prefetch).
+inline int transformer_backward_wide_pieces(int32_t dtype) {
+  return dtype == PYGIO_FLOAT32 ? 2 : kTransformerWidePieces;
+}
 
 // Checks of the fields the three entries share (no device access): the
 // CSR, dtype, heads and channels, q and k with their row strides, scale.
@@ -234,7 +246,7 @@ extern "C" int pygio_transformer_backward(const pygio_transformer_backward_param
   if (p.a.num_rows == 0 && p.a.num_cols == 0) return ok();
   gatv2::Plan plan;
   PYGIO_TRY(gatv2::make_plan(
-      p.dtype, p.heads, p.channels, kTransformerWidePieces,
+      p.dtype, p.heads, p.channels, transformer_backward_wide_pieces(p.dtype),
       {p.q_row_stride, p.k_row_stride, p.v_row_stride, p.grad_q_row_stride,
        p.grad_k_row_stride, p.grad_v_row_stride, p.heads * p.channels},
       {p.q, p.k, p.v, p.edge, p.out, p.grad_out, p.grad_q, p.grad_k, p.grad_v, p.grad_edge},
