@@ -40,25 +40,6 @@ constexpr int transformer_backward_min_blocks() {
                            : sizeof(typename Traits::scalar_t) == 4 ? 3 : 2;
 }
 
-// Whether both passes ask L2 for the rows of a slot's next entry while an
-// entry is gathered (prefetch_head_slice): in 16-bit with several pieces a
-// lane. H200, bf16 backward, ms: (4, 128) pokec-like 62.6 -> 59.5,
-// web-like 33.8 -> 33.5, arxiv-like 3.69 -> 3.70; (2, 64), one piece a
-// lane, 3% slower on arxiv- and web-like; fp32 (4, 128) 0-6% slower in
-// either pass.
-template <typename Traits>
-constexpr bool kTransformerBackwardPrefetch =
-    sizeof(typename Traits::scalar_t) == 2 && !Traits::kOnePiece;
-
-// Asks L2 for row j's slice of one head (`slice_bytes` from `head`, rows
-// `row_bytes` apart), a 128-byte line per lane of the group.
-template <typename scalar_t, typename index_t>
-__device__ __forceinline__ void prefetch_head_slice(const scalar_t* head, index_t j,
-                                                    uint64_t row_bytes, int line, int slice_bytes) {
-  if (line < slice_bytes)
-    prefetch_l2(reinterpret_cast<const char*>(row_address(head, j, row_bytes)) + line);
-}
-
 // Delta[row, h] = <grad_out[row, h], out[row, h]> (every lane of the group gets it).
 template <typename Traits>
 __device__ __forceinline__ float row_delta(const pygio_transformer_backward_params& p,
@@ -152,7 +133,7 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
       for (int k = 0; k < E; ++k) acc[k] += ds * key[k];
     }
   };
-  if constexpr (kTransformerBackwardPrefetch<Traits>)
+  if constexpr (kTransformerPrefetch<Traits>)
     walk_row<U, 1>(s, lane, begin, end, index, step, prefetch_rows);
   else
     walk_row<U, 1>(s, lane, begin, end, index, step);
@@ -314,7 +295,7 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
       }
     }
   };
-  if constexpr (kTransformerBackwardPrefetch<Traits>)
+  if constexpr (kTransformerPrefetch<Traits>)
     walk_row<U, 2>(s, lane, begin, end, index, step, prefetch_rows);
   else
     walk_row<U, 2>(s, lane, begin, end, index, step);

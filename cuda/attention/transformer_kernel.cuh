@@ -13,6 +13,26 @@
 
 namespace pygio {
 
+// Whether a walk (the forward's and both backward passes') asks L2 for
+// the rows a slot gathers at its next entry while it gathers one
+// (prefetch_head_slice): in 16-bit with several pieces a lane. H200,
+// (4, 128) bf16, ms: forward pokec-like 25.9 -> 24.1, web-like 13.43 ->
+// 13.34, arxiv-like 1.378 -> 1.362 (with 3 blocks an SM); backward 62.6 ->
+// 59.5, 33.8 -> 33.5, 3.69 -> 3.70. Not kept: (2, 64) bf16, one piece a
+// lane (backward 3% slower on arxiv- and web-like), and fp32 (4, 128)
+// (backward 0-6% slower in either pass).
+template <typename Traits>
+constexpr bool kTransformerPrefetch = sizeof(typename Traits::scalar_t) == 2 && !Traits::kOnePiece;
+
+// Asks L2 for row j's slice of one head (`slice_bytes` from `head`, rows
+// `row_bytes` apart), a 128-byte line per lane of the group.
+template <typename scalar_t, typename index_t>
+__device__ __forceinline__ void prefetch_head_slice(const scalar_t* head, index_t j,
+                                                    uint64_t row_bytes, int line, int slice_bytes) {
+  if (line < slice_bytes)
+    prefetch_l2(reinterpret_cast<const char*>(row_address(head, j, row_bytes)) + line);
+}
+
 // The lane's part of <q, key (+ edge)> (group_sum completes it). Every pass
 // sums in this order.
 template <int N>
@@ -58,13 +78,17 @@ struct TransformerFamily {
   static constexpr int unroll() {
     return Traits::kElems <= 4 ? 2 * Traits::kUnroll : Traits::kUnroll;
   }
-  // 4 blocks (64 registers, spilling up to 140 bytes: 32 warps an SM
-  // instead of 16) where a lane holds one piece of 16-bit channels (H200,
-  // (4, 128) bf16 on pokec-like: 50.5 -> 36.0 ms); fp32 lanes keep twice
+  // In 16-bit: 4 blocks (64 registers, spilling up to 140 bytes: 32 warps
+  // an SM instead of 16) where a lane holds one piece of a head (H200,
+  // (4, 128) bf16 on pokec-like: 50.5 -> 36.0 ms), 3 (80 registers,
+  // spilling 132 bytes: 24 warps instead of 16) where it holds several
+  // (the same on pokec-like, one pass of 2 pieces a lane: 29.2 -> 25.9 ms,
+  // web-like 15.0 -> 13.4, arxiv-like 1.57 -> 1.38). fp32 lanes keep twice
   // the entries in flight and need their registers (40.5 -> 45.9 ms).
   template <typename Traits>
   static constexpr int min_blocks() {
-    return Traits::kOnePiece && sizeof(typename Traits::scalar_t) == 2 ? 4 : 0;
+    if constexpr (sizeof(typename Traits::scalar_t) == 2) return Traits::kOnePiece ? 4 : 3;
+    return 0;
   }
   template <typename Traits, int U>
   using Entries = TransformerValues<Traits, U>;
@@ -86,7 +110,15 @@ struct TransformerFamily {
     const uint64_t k_row_bytes = p.k_row_stride * sizeof(scalar_t);
     const uint64_t edge_row_bytes = s.width() * sizeof(scalar_t);
     const index_t* const index[1] = {static_cast<const index_t*>(p.a.col)};
-    walk_row<U, 1>(s, lane, begin, end, index, [&](const WalkStep<U, 1, index_t>& walk) {
+    const int line = s.layout.lane_in_group(lane) * 128;
+    const int slice_bytes = static_cast<int>(s.channels * sizeof(scalar_t));
+    const auto prefetch_rows = [&](index_t j) {
+      prefetch_head_slice(k, j, k_row_bytes, line, slice_bytes);
+      if constexpr (kValues)
+        prefetch_head_slice(static_cast<const scalar_t*>(p.v) + h * s.channels, j,
+                            p.v_row_stride * sizeof(scalar_t), line, slice_bytes);
+    };
+    const auto gather = [&](const WalkStep<U, 1, index_t>& walk) {
       RawSlice<Traits> key_raw[U], value_raw[U], edge_raw[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -115,7 +147,11 @@ struct TransformerFamily {
 #pragma unroll
       for (int u = 0; u < U; ++u) score[u] *= p.scale;
       step(walk, score, TransformerValues<Traits, U>{value_raw, edge_raw, has_edge});
-    });
+    };
+    if constexpr (kTransformerPrefetch<Traits>)
+      walk_row<U, 1>(s, lane, begin, end, index, gather, prefetch_rows);
+    else
+      walk_row<U, 1>(s, lane, begin, end, index, gather);
   }
 };
 
