@@ -170,6 +170,12 @@ RUN_TITLES = {
     "results_h200_minmax_native_min512":
         "Min aggregation D=512 against PyG after the min / max autograd moved to C++ and its "
         "backward's winner atomics to consecutive features, H200 (issue 7)",
+    "results_h200_transformer_occupancy":
+        "TransformerConv (4, 128) on arxiv-, pokec- and web-like after its kernels got more "
+        "warps an SM and a 16-bit L2 prefetch, H200 (issue 9)",
+    "results_h200_transformer_occupancy_minibatch":
+        "TransformerConv mini-batch steps after its kernels got more warps an SM and a "
+        "16-bit L2 prefetch (issue 9)",
     "results_h200_fused_linear_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
         "the attention layers' fused projections became one C++ autograd node, H200 "
