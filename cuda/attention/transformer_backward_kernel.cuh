@@ -31,7 +31,7 @@ namespace pygio {
 // Blocks an SM holds at least in the four kernels below: the traits' rule
 // where a lane holds one piece of a head; with several pieces (the heads
 // of one pass; transformer_launch.cu's backward plan) 3 in fp32 and 2 in
-// 16-bit, where ptxas chose 152-182 registers (8-16 warps an SM) and now
+// 16-bit, where ptxas chose 125-182 registers (8-16 warps an SM) and now
 // keeps 80 or 128, spilling up to 190 bytes (4 blocks in fp32, 64
 // registers: 10-35% slower; one pass's kernels at another bound than the
 // other's, either way in either dtype: 0-38% slower).
