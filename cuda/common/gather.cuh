@@ -39,6 +39,15 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// Makes `p` opaque to the compiler, so that it stays in a register rather
+// than being rebuilt from the kernel parameters at each use (a
+// constant-bank load and its address arithmetic, which ptxas prefers to a
+// register when registers are tight).
+template <typename T>
+__device__ __forceinline__ void pin_in_register(T*& p) {
+  asm("" : "+l"(p));
+}
+
 // Row `src` (>= 0) of a matrix whose rows lie `row_bytes` apart, at the
 // position `base` has in row 0. For int32 indices the offset is a 32 x
 // 64-bit unsigned product (no sign extension, no 64 x 64-bit multiply).

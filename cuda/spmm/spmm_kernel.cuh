@@ -61,21 +61,84 @@ struct EntryStep {
   typename Traits::acc_t scale[Traits::kUnroll];
 };
 
+// The arrays a gather loop reads: column indices, edge values and x. In
+// 16-bit (kPinned) they are pinned in registers (pin_in_register), x as a
+// pointer at each of this lane's pieces of the pass (nullptr past the
+// row's end): at 64 registers ptxas otherwise reloads each pointer from the
+// kernel parameters and redoes its address arithmetic at every gather and
+// index load (two constant-bank loads and about seven instructions a
+// gathered entry, of the loop's 45 an entry; ncu on web-like bf16 D=64 put
+// 37% of a warp's stall cycles on the short scoreboard those loads wait
+// on). H200, bf16, share of copy bandwidth of the forward A X: D=64
+// pokec-like 81 -> 83%, web-like 63 -> 65-67%, products-like 86 -> 88%,
+// arxiv-like 40 -> 42%, roads-like 78 -> 82%; D=128 1-3 points. In fp32
+// (memory-bound) D=128 lost 1-4 points, so wider types keep ptxas's choice.
+template <typename Traits>
+struct GatherSources {
+  using scalar_t = typename Traits::scalar_t;
+  static constexpr bool kPinned = sizeof(scalar_t) == 2;
+  const typename Traits::index_t* col;
+  const typename Traits::value_t* values;
+  const scalar_t* x;                        // row 0 of x
+  const scalar_t* lane_x[Traits::kPieces];  // kPinned: x at this lane's pieces
+
+  // Whether this lane's q-th piece of the pass (`piece`) lies in the row.
+  __device__ __forceinline__ bool has_piece(int q, int64_t piece, int64_t pieces) const {
+    if constexpr (kPinned) return lane_x[q] != nullptr;
+    return piece < pieces;
+  }
+  // x at this lane's q-th piece of the pass (`piece`), in row 0.
+  __device__ __forceinline__ const scalar_t* piece_x(int q, int64_t piece) const {
+    if constexpr (kPinned) return lane_x[q];
+    return x + piece * Traits::kVec;
+  }
+};
+
+// The sources of the pass starting at piece_base.
+template <typename Traits>
+__device__ __forceinline__ GatherSources<Traits> gather_sources(const pygio_spmm_csr_params& p,
+                                                                WarpLayout layout, int lane,
+                                                                int64_t piece_base) {
+  using scalar_t = typename Traits::scalar_t;
+  GatherSources<Traits> sources{static_cast<const typename Traits::index_t*>(p.a.col),
+                                static_cast<const typename Traits::value_t*>(p.values),
+                                static_cast<const scalar_t*>(p.x), {}};
+  if constexpr (GatherSources<Traits>::kPinned) {
+    const int64_t pieces = p.width / Traits::kVec;
+#pragma unroll
+    for (int q = 0; q < Traits::kPieces; ++q) {
+      const int64_t piece = layout.piece(lane, piece_base, q);
+      sources.lane_x[q] = piece < pieces ? sources.x + piece * Traits::kVec : nullptr;
+      pin_in_register(sources.lane_x[q]);
+    }
+    pin_in_register(sources.col);
+    pin_in_register(sources.values);
+  }
+  return sources;
+}
+
 // The step of entries e0, e0 + stride, ... below end.
 template <typename Traits>
-__device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, Offset<Traits> e0,
-                                          Offset<Traits> end, Offset<Traits> stride,
-                                          EntryStep<Traits>& step) {
+__device__ __forceinline__ void load_step(const typename Traits::index_t* __restrict__ col,
+                                          const typename Traits::value_t* __restrict__ values,
+                                          Offset<Traits> e0, Offset<Traits> end,
+                                          Offset<Traits> stride, EntryStep<Traits>& step) {
   using value_t = typename Traits::value_t;
   using acc_t = typename Traits::acc_t;
-  const auto* __restrict__ values = static_cast<const value_t*>(p.values);
-  load_sources(static_cast<const typename Traits::index_t*>(p.a.col), e0, end, stride, step.src);
+  load_sources(col, e0, end, stride, step.src);
 #pragma unroll
   for (int u = 0; u < Traits::kUnroll; ++u) {
     const Offset<Traits> e = e0 + stride * u;
     step.scale[u] = e < end ? static_cast<acc_t>(DTypeTraits<value_t>::load(values[e]))
                             : acc_t(0);
   }
+}
+template <typename Traits>
+__device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, Offset<Traits> e0,
+                                          Offset<Traits> end, Offset<Traits> stride,
+                                          EntryStep<Traits>& step) {
+  load_step<Traits>(static_cast<const typename Traits::index_t*>(p.a.col),
+                    static_cast<const typename Traits::value_t*>(p.values), e0, end, stride, step);
 }
 
 // This lane's share of sum over `range` of values[e] * x[col[e], pieces of
@@ -97,7 +160,6 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
   using acc_t = typename Traits::acc_t;
   using offset_t = Offset<Traits>;
   constexpr int V = Traits::kVec, P = Traits::kPieces, U = Traits::kUnroll;
-  const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const int64_t pieces = p.width / V;
   const uint64_t row_bytes = static_cast<uint64_t>(p.x_row_stride) * sizeof(scalar_t);
 
@@ -109,6 +171,7 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
     if (kCarry) load_step<Traits>(p, following.first, following.end, stride, step);
     return;
   }
+  const GatherSources<Traits> sources = gather_sources<Traits>(p, layout, lane, piece_base);
   for (offset_t e0 = range.first; e0 < range.end; e0 += stride * U) {
     Pack<scalar_t, V> packs[U][P];
 #pragma unroll
@@ -116,24 +179,25 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
 #pragma unroll
       for (int q = 0; q < P; ++q) {
         const int64_t piece = layout.piece(lane, piece_base, q);
-        if (step.src[u] >= 0 && piece < pieces)
-          packs[u][q] = load_pack<V>(row_address(x + piece * V, step.src[u], row_bytes));
+        if (step.src[u] >= 0 && sources.has_piece(q, piece, pieces))
+          packs[u][q] = load_pack<V>(row_address(sources.piece_x(q, piece), step.src[u],
+                                                 row_bytes));
       }
     const offset_t e1 = e0 + stride * U;
     EntryStep<Traits> next;
     if constexpr (kCarry) {
       const bool last = e1 >= range.end;
-      load_step<Traits>(p, last ? following.first : e1, last ? following.end : range.end, stride,
-                        next);
+      load_step<Traits>(sources.col, sources.values, last ? following.first : e1,
+                        last ? following.end : range.end, stride, next);
     } else {
-      load_step<Traits>(p, e1, range.end, stride, next);
+      load_step<Traits>(sources.col, sources.values, e1, range.end, stride, next);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int q = 0; q < P; ++q) {
         const int64_t piece = layout.piece(lane, piece_base, q);
-        if (step.src[u] >= 0 && piece < pieces) {
+        if (step.src[u] >= 0 && sources.has_piece(q, piece, pieces)) {
           acc_t widened[V];
           widen_pack(packs[u][q], widened);
 #pragma unroll
