@@ -176,6 +176,12 @@ RUN_TITLES = {
     "results_h200_transformer_occupancy_minibatch":
         "TransformerConv mini-batch steps after its kernels got more warps an SM and a "
         "16-bit L2 prefetch (issue 9)",
+    "results_h200_spmm_16bit_pinned_gcn_d64":
+        "GCNConv D=64 in bf16 and fp16 after the 16-bit SpMM rows kept three entries in "
+        "flight and their gather's pointers in registers, H200 (issue 6)",
+    "results_h200_spmm_16bit_pinned_minibatch":
+        "GCNConv mini-batch steps after the 16-bit SpMM rows kept three entries in flight "
+        "and their gather's pointers in registers (issue 5)",
     "results_h200_fused_linear_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
         "the attention layers' fused projections became one C++ autograd node, H200 "
