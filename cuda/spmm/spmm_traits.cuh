@@ -27,16 +27,17 @@ struct SpmmTraits {
   static constexpr int kVec = kVec_;        // features per load
   static constexpr int kPieces = kPieces_;  // kVec-wide pieces of a row per lane
   // Entries in flight per lane: 4 / kPieces (at least 1), but 3 where a
-  // lane holds one 16-byte piece of a 16-bit row (D=64 and D=128 with
-  // 16-byte loads). A warp then takes 12 entries a step at D=64 (four
+  // lane holds one 16-byte piece of a 16-bit row (D=64 to 504 with 16-byte
+  // loads). A warp then takes 12 entries a step at D=64 (four
   // sub-groups) instead of 16, so rows of 13-24 entries (pokec-like's 20 on
   // average) leave fewer slots empty. H200, bf16, share of copy bandwidth
   // of the forward A X, 4 -> 3 entries: D=64 pokec-like 74 -> 81%,
   // products-like 80 -> 86%, web-like 62 -> 63%; D=128 95 -> 98%, 98 ->
-  // 101%, 86 -> 87%. 2 entries lost (D=64 74 / 78 / 60%, D=128 86 / 89 /
-  // 68%), 5 and 6 spilled and lost (D=64 pokec-like 60% and 44%); so did
-  // two pieces a lane at D=64 (4 lanes a row: 69 / 75 / 54% with 2
-  // entries, 41 / 53 / 44% with 3) and four (2 lanes: 42 / 48 / 33%).
+  // 101%, 86 -> 87%; D=256 within 1%. 2 entries lost (D=64 74 / 78 /
+  // 60%, D=128 86 / 89 / 68%), 5 and 6 spilled and lost (D=64 pokec-like
+  // 60% and 44%); so did two pieces a lane at D=64 (4 lanes a row: 69 /
+  // 75 / 54% with 2 entries, 41 / 53 / 44% with 3) and four (2 lanes: 42
+  // / 48 / 33%).
   static constexpr int kUnroll =
       kPieces >= 4 ? 1
       : kPieces == 1 && sizeof(scalar_t) == 2 && kVec * sizeof(scalar_t) == 16 ? 3
