@@ -134,10 +134,7 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
       for (int k = 0; k < E; ++k) acc[k] += ds * key[k];
     }
   };
-  if constexpr (kTransformerPrefetch<Traits>)
-    walk_row<U, 1>(s, lane, begin, end, index, step, prefetch_rows);
-  else
-    walk_row<U, 1>(s, lane, begin, end, index, step);
+  transformer_walk_row<Traits, U>(s, lane, begin, end, index, step, prefetch_rows);
   sum_over_slots(acc, s);
 #pragma unroll
   for (int k = 0; k < E; ++k) acc[k] *= p.scale;
@@ -296,10 +293,7 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
       }
     }
   };
-  if constexpr (kTransformerPrefetch<Traits>)
-    walk_row<U, 2>(s, lane, begin, end, index, step, prefetch_rows);
-  else
-    walk_row<U, 2>(s, lane, begin, end, index, step);
+  transformer_walk_row<Traits, U>(s, lane, begin, end, index, step, prefetch_rows);
   sum_over_slots(acc_k, s);
   sum_over_slots(acc_v, s);
 #pragma unroll

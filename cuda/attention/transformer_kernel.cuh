@@ -24,6 +24,19 @@ namespace pygio {
 template <typename Traits>
 constexpr bool kTransformerPrefetch = sizeof(typename Traits::scalar_t) == 2 && !Traits::kOnePiece;
 
+// walk_row (gatv2_traits.cuh), with `prefetch` where kTransformerPrefetch
+// says and without it elsewhere.
+template <typename Traits, int U, int N, typename index_t, typename Step, typename Prefetch>
+__device__ __forceinline__ void transformer_walk_row(const GatShape& s, int lane, int64_t begin,
+                                                     int64_t end,
+                                                     const index_t* const (&index)[N], Step step,
+                                                     Prefetch prefetch) {
+  if constexpr (kTransformerPrefetch<Traits>)
+    walk_row<U, N>(s, lane, begin, end, index, step, prefetch);
+  else
+    walk_row<U, N>(s, lane, begin, end, index, step);
+}
+
 // Asks L2 for row j's slice of one head (`slice_bytes` from `head`, rows
 // `row_bytes` apart), a 128-byte line per lane of the group.
 template <typename scalar_t, typename index_t>
@@ -148,10 +161,7 @@ struct TransformerFamily {
       for (int u = 0; u < U; ++u) score[u] *= p.scale;
       step(walk, score, TransformerValues<Traits, U>{value_raw, edge_raw, has_edge});
     };
-    if constexpr (kTransformerPrefetch<Traits>)
-      walk_row<U, 1>(s, lane, begin, end, index, gather, prefetch_rows);
-    else
-      walk_row<U, 1>(s, lane, begin, end, index, gather);
+    transformer_walk_row<Traits, U>(s, lane, begin, end, index, gather, prefetch_rows);
   }
 };
 
