@@ -19,6 +19,10 @@
 //  - spmm_rows_grouped_kernel, for narrow rows (fewer lanes than a warp
 //    span one): each sub-group of a warp takes rows of its own, so short
 //    rows keep every lane loading; hubs registered as above.
+//  - spmm_row_batches_kernel, for narrow rows of large graphs: each
+//    sub-group takes batches of consecutive rows and walks a batch's
+//    entries as one range, so rows shorter than a step (a lone self loop)
+//    keep a step's gathers in flight; hubs registered as above.
 //  - spmm_hub_chunks_kernel: a warp per kHubChunk-entry chunk of a hub row,
 //    all hubs' chunks spread over the grid, partial sums merged into the
 //    hub's accumulator row with atomics;
@@ -141,6 +145,66 @@ __device__ __forceinline__ void load_step(const pygio_spmm_csr_params& p, Offset
                     static_cast<const typename Traits::value_t*>(p.values), e0, end, stride, step);
 }
 
+// acc = 0.
+template <typename Traits>
+__device__ __forceinline__ void clear_acc(RowAcc<Traits>& acc) {
+#pragma unroll
+  for (int q = 0; q < Traits::kPieces; ++q)
+#pragma unroll
+    for (int i = 0; i < Traits::kVec; ++i) acc[q][i] = 0;
+}
+
+// Bytes between two rows of x.
+template <typename Traits>
+__device__ __forceinline__ uint64_t x_row_bytes(const pygio_spmm_csr_params& p) {
+  return static_cast<uint64_t>(p.x_row_stride) * sizeof(typename Traits::scalar_t);
+}
+
+// One step's gathered pieces: [entry of the step][piece of this lane].
+template <typename Traits>
+using StepPacks = Pack<typename Traits::scalar_t, Traits::kVec>[Traits::kUnroll][Traits::kPieces];
+
+// Issues this lane's gathers of `step`: packs[u][q] = x[src[u]] at the
+// lane's q-th piece of the pass (from piece_base), for the step's entries
+// (src[u] >= 0) and the pieces in the row.
+template <typename Traits>
+__device__ __forceinline__ void gather_step(const GatherSources<Traits>& sources,
+                                            WarpLayout layout, int lane, int64_t piece_base,
+                                            int64_t pieces, uint64_t row_bytes,
+                                            const EntryStep<Traits>& step,
+                                            StepPacks<Traits>& packs) {
+#pragma unroll
+  for (int u = 0; u < Traits::kUnroll; ++u)
+#pragma unroll
+    for (int q = 0; q < Traits::kPieces; ++q) {
+      const int64_t piece = layout.piece(lane, piece_base, q);
+      if (step.src[u] >= 0 && sources.has_piece(q, piece, pieces))
+        packs[u][q] = load_pack<Traits::kVec>(
+            row_address(sources.piece_x(q, piece), step.src[u], row_bytes));
+    }
+}
+
+// acc += scale[u] * packs[u] (widened) for the step's u-th entry, where it is one.
+template <typename Traits>
+__device__ __forceinline__ void accumulate_entry(const GatherSources<Traits>& sources,
+                                                 WarpLayout layout, int lane,
+                                                 int64_t piece_base, int64_t pieces,
+                                                 const EntryStep<Traits>& step,
+                                                 const StepPacks<Traits>& packs, int u,
+                                                 RowAcc<Traits>& acc) {
+  using acc_t = typename Traits::acc_t;
+#pragma unroll
+  for (int q = 0; q < Traits::kPieces; ++q) {
+    const int64_t piece = layout.piece(lane, piece_base, q);
+    if (step.src[u] >= 0 && sources.has_piece(q, piece, pieces)) {
+      acc_t widened[Traits::kVec];
+      widen_pack(packs[u][q], widened);
+#pragma unroll
+      for (int i = 0; i < Traits::kVec; ++i) acc[q][i] += step.scale[u] * widened[i];
+    }
+  }
+}
+
 // This lane's share of sum over `range` of values[e] * x[col[e], pieces of
 // this lane from piece_base], kUnroll gathered loads in flight, each
 // step's column indices and values loaded while the step before is
@@ -156,33 +220,20 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
                                                EntryRange<Traits> following,
                                                Offset<Traits> stride,
                                                EntryStep<Traits>& step, RowAcc<Traits>& acc) {
-  using scalar_t = typename Traits::scalar_t;
-  using acc_t = typename Traits::acc_t;
   using offset_t = Offset<Traits>;
-  constexpr int V = Traits::kVec, P = Traits::kPieces, U = Traits::kUnroll;
-  const int64_t pieces = p.width / V;
-  const uint64_t row_bytes = static_cast<uint64_t>(p.x_row_stride) * sizeof(scalar_t);
+  constexpr int U = Traits::kUnroll;
+  const int64_t pieces = p.width / Traits::kVec;
+  const uint64_t row_bytes = x_row_bytes<Traits>(p);
 
-#pragma unroll
-  for (int q = 0; q < P; ++q)
-#pragma unroll
-    for (int i = 0; i < V; ++i) acc[q][i] = 0;
+  clear_acc<Traits>(acc);
   if (range.first >= range.end) {
     if (kCarry) load_step<Traits>(p, following.first, following.end, stride, step);
     return;
   }
   const GatherSources<Traits> sources = gather_sources<Traits>(p, layout, lane, piece_base);
   for (offset_t e0 = range.first; e0 < range.end; e0 += stride * U) {
-    Pack<scalar_t, V> packs[U][P];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int q = 0; q < P; ++q) {
-        const int64_t piece = layout.piece(lane, piece_base, q);
-        if (step.src[u] >= 0 && sources.has_piece(q, piece, pieces))
-          packs[u][q] = load_pack<V>(row_address(sources.piece_x(q, piece), step.src[u],
-                                                 row_bytes));
-      }
+    StepPacks<Traits> packs;
+    gather_step<Traits>(sources, layout, lane, piece_base, pieces, row_bytes, step, packs);
     const offset_t e1 = e0 + stride * U;
     EntryStep<Traits> next;
     if constexpr (kCarry) {
@@ -194,16 +245,7 @@ __device__ __forceinline__ void gather_entries(const pygio_spmm_csr_params& p, W
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int q = 0; q < P; ++q) {
-        const int64_t piece = layout.piece(lane, piece_base, q);
-        if (step.src[u] >= 0 && sources.has_piece(q, piece, pieces)) {
-          acc_t widened[V];
-          widen_pack(packs[u][q], widened);
-#pragma unroll
-          for (int i = 0; i < V; ++i) acc[q][i] += step.scale[u] * widened[i];
-        }
-      }
+      accumulate_entry<Traits>(sources, layout, lane, piece_base, pieces, step, packs, u, acc);
     step = next;
   }
 }
@@ -373,6 +415,107 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     for (int q = 0; q < Traits::kPieces; ++q) {
       const int64_t piece = layout.piece(lane, 0, q);
       if (piece < pieces) store_row_piece<Traits>(p, row, piece, acc[q]);
+    }
+  }
+}
+
+// Y[row] = acc (+ bias) for a one-pass row, from the lanes holding its pieces.
+template <typename Traits>
+__device__ __forceinline__ void store_row(const pygio_spmm_csr_params& p, WarpLayout layout,
+                                          int lane, int64_t row, int64_t pieces,
+                                          RowAcc<Traits>& acc) {
+#pragma unroll
+  for (int q = 0; q < Traits::kPieces; ++q) {
+    const int64_t piece = layout.piece(lane, 0, q);
+    if (piece < pieces) store_row_piece<Traits>(p, row, piece, acc[q]);
+  }
+}
+
+// Narrow rows (layout.lanes() < kWarpSize, one pass over a row's pieces)
+// in batches of layout.lanes() consecutive rows: sub-group g of warp w
+// takes batches (w * sub_groups + g) + k * (all sub-groups of the grid).
+// A batch's entries lie together in the CSR, so the sub-group walks them as
+// one range, kUnroll entries in flight a lane wherever its rows end, and
+// writes each row when the walk passes the row's end (a row without
+// entries gets its bias, or zeros). Each lane loads one row's extent of the
+// batch, a batch ahead. Hub rows are registered by their own lane (as in
+// spmm_rows_kernel) and the walk runs over the runs of rows between them.
+// The sums run in CSR order, as in a row's own loop.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
+    spmm_row_batches_kernel(const __grid_constant__ pygio_spmm_csr_params p, WarpLayout layout,
+                            const HubWorkspace<typename Traits::acc_t> ws) {
+  using index_t = typename Traits::index_t;
+  using offset_t = Offset<Traits>;
+  constexpr int U = Traits::kUnroll;
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const int lane = threadIdx.x % kWarpSize;
+  const unsigned mask = layout.group_mask(lane);
+  const int leader = layout.group_leader(lane);
+  const int batch_rows = layout.lanes();
+  const int64_t pieces = p.width / Traits::kVec;
+  const uint64_t row_bytes = x_row_bytes<Traits>(p);
+  const int64_t num_rows = p.a.num_rows;
+  const int64_t num_batches = (num_rows + batch_rows - 1) / batch_rows;
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock *
+                         layout.sub_groups();
+  int64_t batch = (static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                   threadIdx.x / kWarpSize) * layout.sub_groups() + layout.sub_group(lane);
+  // This lane's row of batch b: its entries [begin, end), empty past num_rows.
+  const auto load_extent = [&](int64_t b, index_t& begin, index_t& end) {
+    const int64_t row = b * batch_rows + layout.lane_in_group(lane);
+    begin = rowptr[row < num_rows ? row : num_rows];
+    end = rowptr[row + 1 < num_rows ? row + 1 : num_rows];
+  };
+  index_t next_begin = 0, next_end = 0;
+  if (batch < num_batches) load_extent(batch, next_begin, next_end);
+  const GatherSources<Traits> sources = gather_sources<Traits>(p, layout, lane, 0);
+  for (; batch < num_batches; batch += groups) {
+    const index_t my_begin = next_begin, my_end = next_end;
+    if (batch + groups < num_batches) load_extent(batch + groups, next_begin, next_end);
+    const int64_t first_row = batch * batch_rows;
+    const int rows = static_cast<int>(num_rows - first_row < batch_rows ? num_rows - first_row
+                                                                         : batch_rows);
+    // Rows the hub kernels take (bit i: the batch's row i).
+    const bool hub = ws.list.hubs != nullptr && my_end - my_begin > ws.threshold;
+    const unsigned lane_bit = 1u << lane;
+    const bool taken = hub && register_hub(ws.list, first_row + layout.lane_in_group(lane),
+                                           my_end - my_begin, kHubChunk, lane, lane_bit, lane);
+    const unsigned hubs = __ballot_sync(mask, taken) >> leader;
+    for (int row = 0; row < rows;) {  // of the batch, the one the walk is in
+      if (hubs >> row & 1u) {
+        ++row;
+        continue;
+      }
+      const unsigned later_hubs = hubs >> row;
+      const int run_end = later_hubs == 0 ? rows : row + __ffs(later_hubs) - 1;
+      const offset_t stop = __shfl_sync(mask, my_end, leader + run_end - 1);
+      offset_t row_end = __shfl_sync(mask, my_end, leader + row);
+      offset_t e0 = __shfl_sync(mask, my_begin, leader + row);
+      RowAcc<Traits> acc;
+      clear_acc<Traits>(acc);
+      EntryStep<Traits> step;
+      load_step<Traits>(sources.col, sources.values, e0, stop, 1, step);
+      for (; e0 < stop; e0 += U) {
+        StepPacks<Traits> packs;
+        gather_step<Traits>(sources, layout, lane, 0, pieces, row_bytes, step, packs);
+        EntryStep<Traits> next;
+        load_step<Traits>(sources.col, sources.values, e0 + U, stop, 1, next);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (e0 + u >= stop) break;
+          for (; e0 + u >= row_end; row_end = __shfl_sync(mask, my_end, leader + ++row)) {
+            store_row<Traits>(p, layout, lane, first_row + row, pieces, acc);
+            clear_acc<Traits>(acc);
+          }
+          accumulate_entry<Traits>(sources, layout, lane, 0, pieces, step, packs, u, acc);
+        }
+        step = next;
+      }
+      for (; row < run_end; ++row) {  // the last row with entries, then rows without
+        store_row<Traits>(p, layout, lane, first_row + row, pieces, acc);
+        clear_acc<Traits>(acc);
+      }
     }
   }
 }

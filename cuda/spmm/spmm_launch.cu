@@ -93,6 +93,37 @@ bool grouped_rows(const pygio_spmm_csr_params& p, WarpLayout layout) {
   return p.a.nnz < p.a.num_rows * sub_groups * Traits::kUnroll;
 }
 
+// Grouped rows in batches of consecutive rows (spmm_row_batches_kernel)
+// where the grid's sub-groups take at least this many batches each, with
+// int32 indices (with int64 ones it spills 48-160 bytes; the fp32 D=64
+// kernel spills 52 and gains all the same). H200, share of
+// copy bandwidth of the forward A X, sub-group per row -> row batches:
+// bf16 D=64 web-like (77% of rows hold only their self loop; about 11
+// batches a sub-group) 66% -> 75%, D=128 90% -> 104%; fp32 D=64 pokec- /
+// web- / products-like (6 to 11 batches) 103 / 104 / 108% -> 107 / 113 /
+// 110%. Where the rows fill the grid once (a batch or none a sub-group) it
+// lost: arxiv-like bf16 / fp32 D=64 43 / 78% -> 39 / 69%, roads-like 82 /
+// 99% -> 68 / 76%. A sub-group's one batch waits for its extents, then its
+// first indices, then its gathers, with nothing to overlap them, where the
+// sub-group-per-row kernel's sub-groups take 4 to 10 rows, each row's
+// extents and first indices loading during the row before. For 16-bit
+// rows that grouped_rows leaves to a warp (pokec-, products-like) batches
+// lost too: 83 / 89% -> 75 / 82%.
+constexpr int64_t kMinBatchesPerSubGroup = 4;
+
+// Whether grouped rows (sub_groups > 1) go in batches, and then the grid.
+template <typename Traits>
+bool row_batches(const pygio_spmm_csr_params& p, WarpLayout layout, int sub_groups,
+                 unsigned* grid) {
+  if (sub_groups == 1) return false;
+  const int64_t batch_rows = int64_t{1} << layout.shift;
+  const int64_t batches = (p.a.num_rows + batch_rows - 1) / batch_rows;
+  const int64_t per_block = Traits::kWarpsPerBlock * sub_groups;
+  if (resident_grid(batches, per_block, Traits::kThreadsPerBlock, p.device, grid) != PYGIO_OK)
+    return false;  // the other kernels' grid reports it
+  return batches >= kMinBatchesPerSubGroup * per_block * *grid;
+}
+
 template <typename Traits>
 int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   using acc_t = typename Traits::acc_t;
@@ -110,13 +141,22 @@ int launch_forward(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   const WarpLayout layout = warp_layout(p.width / Traits::kVec, Traits::kPieces);
   const int sub_groups = grouped_rows<Traits>(p, layout) ? kWarpSize >> layout.shift : 1;
   unsigned grid = 0;
-  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock * sub_groups,
-                          Traits::kThreadsPerBlock, p.device, &grid));
-  if (sub_groups > 1)
-    spmm_rows_grouped_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout,
-                                                                                    ws);
-  else
-    spmm_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, ws);
+  bool batched = false;
+  if constexpr (sizeof(typename Traits::index_t) == 4) {  // int32 indices only: see above
+    batched = row_batches<Traits>(p, layout, sub_groups, &grid);
+    if (batched)
+      spmm_row_batches_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout,
+                                                                                     ws);
+  }
+  if (!batched) {
+    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock * sub_groups,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    if (sub_groups > 1)
+      spmm_rows_grouped_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout,
+                                                                                      ws);
+    else
+      spmm_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, ws);
+  }
   PYGIO_CHECK_CUDA(cudaGetLastError());
   if (slots == 0) return PYGIO_OK;
   // Every hub chunk is a warp's work; at most nnz / kHubChunk + slots chunks.

@@ -132,6 +132,62 @@ def test_own_kernels_sanitizer_sample(dtype, monkeypatch):
                        a.T @ g.double().cpu(), dtype)
 
 
+def _batched_rows_case(seed):
+    """(rowptr, col, num_src), int32 on CUDA, with enough destination rows
+    for the row-batch kernel (spmm_row_batches_kernel): a pass of the grid
+    (8 blocks of 8 warps an SM) takes 32 rows a warp, and the kernel wants
+    4 batches a sub-group, so 8192 rows an SM and more. Most rows hold one
+    entry or none, some a few; hubs above the hub degree stand alone, side
+    by side and at both ends."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    num_dst, num_src = 8192 * sms + 37, 100_003
+    gen = torch.Generator().manual_seed(seed)
+    pick = torch.rand(num_dst, generator=gen)
+    degree = (pick < 0.6).long()
+    few = pick >= 0.85
+    degree[few] = torch.randint(2, 13, (int(few.sum()),), generator=gen)
+    hubs = torch.cat([torch.tensor([0, 8, 9, 10, 11, 16, 23, num_dst - 1]),
+                      torch.randint(num_dst, (40,), generator=gen)])
+    degree[hubs] = torch.randint(257, 3000, (hubs.numel(),), generator=gen)
+    rowptr = torch.zeros(num_dst + 1, dtype=torch.long)
+    rowptr[1:] = degree.cumsum(0)
+    col = torch.randint(num_src, (int(rowptr[-1]),), generator=gen)
+    return rowptr.int().cuda(), col.int().cuda(), num_src
+
+
+@pytest.mark.parametrize("width", [9, 24, 64])
+@pytest.mark.parametrize("dtype,values_dtype", [
+    (torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+    (torch.bfloat16, torch.float32), (torch.float16, torch.float32)],
+    ids=["fp32", "bf16", "bf16-fp32-values", "fp16-fp32-values"])
+def test_own_kernels_row_batches_match_float64_row_by_row(width, dtype, values_dtype):
+    """A graph large enough for the row-batch kernel (narrow rows of large
+    graphs), each output element against float64 within the rounding of
+    its own sum: a row summed into its neighbour or lost at a batch's or a
+    hub's edge would stand out (a norm over a million rows would hide it).
+    Rows without entries are the bias exactly."""
+    rowptr, col, num_src = _batched_rows_case(seed_of("row-batches", width))
+    num_dst, nnz = rowptr.numel() - 1, col.numel()
+    gen = torch.Generator(device="cuda").manual_seed(seed_of(width, dtype))
+    values = (torch.rand(nnz, generator=gen, device="cuda") + 0.1).to(values_dtype)
+    x = torch.randn(num_src, width, generator=gen, device="cuda").to(dtype)
+    bias = torch.randn(width, generator=gen, device="cuda").to(values_dtype)
+    out = torch.full((num_dst, width), float("nan"), dtype=dtype, device="cuda")
+    _native.spmm_csr(rowptr, col, values, x, bias, out, False, False)
+    row = torch.repeat_interleave(torch.arange(num_dst, device="cuda"),
+                                  rowptr.diff().long())
+    terms = values.double()[:, None] * x.double()[col.long()]
+    ref = torch.zeros(num_dst, width, dtype=torch.float64, device="cuda")
+    ref.index_add_(0, row, terms).add_(bias.double())
+    magnitude = torch.zeros_like(ref).index_add_(0, row, terms.abs()).add_(bias.double().abs())
+    rounding = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
+    error = (out.double() - ref).abs()
+    assert torch.isfinite(out).all()
+    assert (error <= rounding * ref.abs() + 2e-5 * magnitude + 1e-6).all()
+    empty = rowptr.diff() == 0
+    assert torch.equal(out[empty], bias.to(dtype).expand(int(empty.sum()), width))
+
+
 def test_own_kernels_row_strided_inputs_and_outputs(monkeypatch):
     graph, values, x, g, bias = _case("one-hub", 40, torch.float32, torch.float32, 32,
                                       monkeypatch)
