@@ -96,20 +96,27 @@ def test_spmm_backends_are_registered():
     assert [b.name for b in tuning.backends("spmm") if b.supports(cpu)] == ["torch"]
 
 
-def test_spmm_heuristic_prefers_own_kernels_for_small_graphs_and_wide_16_bit():
+def test_spmm_heuristic_follows_the_measured_table():
     def first(direction, width, dtype, nnz, degree=4):
         shape = tuning.shape_class("spmm", direction, width, dtype, torch.device("cpu"), nnz,
                                    nnz // degree)
         return tuning.backends("spmm", shape)[0].name
 
-    assert first("forward", 64, torch.float32, 100_000) == "pygio-csr"
+    # Small graphs: ours, both directions.
+    assert first("forward", 512, torch.float32, 100_000) == "pygio-csr"
     assert first("transposed", 64, torch.bfloat16, 100_000) == "pygio-csr"
-    assert first("forward", 64, torch.float32, 5_000_000) == "cusparse-alg2"
-    assert first("forward", 512, torch.bfloat16, 5_000_000) == "pygio-csr"
-    assert first("forward", 64, torch.bfloat16, 5_000_000) == "cusparse-alg2"
+    # Large graphs: every 16-bit and every narrow float32 forward is ours.
+    assert first("forward", 64, torch.bfloat16, 5_000_000) == "pygio-csr"
+    assert first("forward", 512, torch.float16, 1_500_000) == "pygio-csr"
+    assert first("forward", 64, torch.float32, 1_500_000) == "pygio-csr"
+    # Wide float32: cuSPARSE below 2^22 entries, ours from there on.
+    assert first("forward", 256, torch.float32, 1_500_000, degree=8) == "cusparse-alg2"
+    assert first("forward", 512, torch.float32, 5_000_000, degree=20) == "pygio-csr"
+    # float64 as measured before: narrow with average degree 8 and more.
+    assert first("forward", 64, torch.float64, 5_000_000, degree=20) == "pygio-csr"
+    assert first("forward", 64, torch.float64, 5_000_000) == "cusparse-alg2"
+    # The transposed SpMM of a large graph (a scatter with atomics): cuSPARSE.
     assert first("transposed", 512, torch.bfloat16, 5_000_000) == "cusparse-alg2"
-    assert first("forward", 64, torch.float32, 5_000_000, degree=20) == "pygio-csr"
-    assert first("forward", 512, torch.float32, 5_000_000, degree=20) == "cusparse-alg2"
 
 
 def test_choice_for_call_is_remembered_and_pins_still_win(family, monkeypatch):

@@ -3,17 +3,21 @@ algorithms and plain torch.
 
 Each backend runs one :class:`SpmmCall`, Y = A X (+ bias) (``transpose=False``)
 or Y = A^T X (+ bias) (``transpose=True``) for the CSR matrix A = (rowptr,
-col, values). The default heuristic (:func:`preference`) was measured on
-an H200 (docs/results.md, issue 6), kernel alone: the kernels of our own
-need no plan, so a new graph costs them nothing, and they win every 16-bit
-forward at width 128 and up (products-like bf16 D=512: 19.7 ms against 26.1
-for CSR_ALG2) and every narrow forward on graphs of average degree 8 and
-more (products-like fp32 D=64: 4.7 against 6.0 ms). On graphs of a million
-entries and more cuSPARSE's CSR_ALG2 stays the choice for wide fp32 / fp64
-(a tie), for narrow features on sparser graphs (web-like fp16 D=64: 1.5
-against 2.1 ms) and for the transposed SpMM (our scatter is bound by fp32
-atomics). CSR_ALG3 and CSR_ALG1 remain for the autotune; plain torch is the
-fallback everywhere (and the only backend on CPU).
+col, values). The default heuristic (:func:`preference`) was measured on an H200
+(docs/results.md, issue 6), kernel alone, forward A X, against
+cuSPARSE's CSR_ALG2: the kernels of our own need no plan, so a new graph
+costs them nothing, and they win every 16-bit forward (web-like bf16 D=64
+0.75 against 1.55 ms, D=512 4.4 against 7.4 ms), every float32 forward of
+width 64 (web-like 1.01 against 1.58 ms, arxiv-like 0.12 against 0.14)
+and, on graphs of 2^22 entries and more, win or tie the wider float32
+ones (D=128 / 256 / 512: pokec-like 1.15 / 1.01 / 1.02x, web-like 1.07 /
+1.15 / 1.03x, products-like 1.16 / 0.97 / 1.03x cuSPARSE's time). Wider
+float32 forwards on graphs of 2^20 to 2^22 entries stay with CSR_ALG2
+(arxiv-like D=256: 0.30 against 0.42 ms), as do float64 ones below
+average degree 8 on large graphs (not measured since) and the transposed
+SpMM of large graphs (our scatter is bound by fp32 atomics). CSR_ALG3 and
+CSR_ALG1 remain for the autotune; plain torch is the fallback everywhere
+(and the only backend on CPU).
 
 The backend choice is made once per shape class (ops.tuning). A cuSPARSE
 plan (descriptors, workspace size) depends only on the structure, width,
@@ -255,15 +259,25 @@ for _backend in (_OWN_CSR,
 del _backend
 
 
-LARGE_SIZE_BUCKET = 20  # graphs of 2^20 entries and more
+# Entry-count buckets (floor(log2(entries))): graphs of 2^20 entries and
+# more are large; wide float32 forwards take our kernels from 2^22 on.
+LARGE_SIZE_BUCKET = 20
+WIDE_FLOAT32_SIZE_BUCKET = 22
 
 
 def preference(shape: tuning.ShapeClass) -> List[str]:
     """The default heuristic (see the module docstring)."""
-    forward, half = shape.direction == "forward", shape.dtype in ("float16", "bfloat16")
-    ours_first = (shape.size_bucket < LARGE_SIZE_BUCKET
-                  or (forward and half and shape.width_bucket >= 128)
-                  or (forward and shape.width_bucket < 128 and shape.degree_bucket >= 3))
+    if shape.size_bucket < LARGE_SIZE_BUCKET:
+        ours_first = True
+    elif shape.direction != "forward":
+        ours_first = False
+    elif shape.dtype in ("float16", "bfloat16"):
+        ours_first = True
+    elif shape.dtype == "float32":
+        ours_first = (shape.width_bucket <= 64
+                      or shape.size_bucket >= WIDE_FLOAT32_SIZE_BUCKET)
+    else:  # float64
+        ours_first = shape.width_bucket < 128 and shape.degree_bucket >= 3
     return ["pygio-csr", "cusparse-alg2"] if ours_first else ["cusparse-alg2", "pygio-csr"]
 
 
