@@ -176,6 +176,12 @@ RUN_TITLES = {
     "results_h200_transformer_occupancy_minibatch":
         "TransformerConv mini-batch steps after its kernels got more warps an SM and a "
         "16-bit L2 prefetch (issue 9)",
+    "results_h200_row_batches_gcn":
+        "GCNConv D=64 and D=512 in fp32 and bf16 after narrow SpMM rows went in batches "
+        "and the backend heuristic followed the new kernel table, H200 (issue 6)",
+    "results_h200_row_batches_minibatch":
+        "GCNConv mini-batch steps after narrow SpMM rows went in batches and the backend "
+        "heuristic followed the new kernel table (issue 5)",
     "results_h200_spmm_16bit_pinned_gcn_d64":
         "GCNConv D=64 in bf16 and fp16 after the 16-bit SpMM rows kept three entries in "
         "flight and their gather's pointers in registers, H200 (issue 6)",
