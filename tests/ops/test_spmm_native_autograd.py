@@ -93,6 +93,40 @@ def test_csr_transpose_modes_match_python(calls, monkeypatch, mode):
             assert relative_error(a, b) < 1e-6
 
 
+def test_transposed_class_matters_only_where_the_backward_may_scatter(calls, monkeypatch):
+    """A tuner that gives the transposed SpMM to cuSPARSE (as for a large
+    graph) keeps the C++ autograd off where the backward may scatter over
+    A, and on where it cannot: the CSR^T built already, or more work than
+    LazyTranspose.MATERIALIZE_WORK. Gradients as the Python path's."""
+    from pyg_ioaware.ops import spmm as spmm_ops, tuning
+
+    asked = []
+
+    def cusparse_transposed(family, width, dtype, device, nnz, classes):
+        asked.append(tuple(direction for direction, _ in classes))
+        return ["cusparse-alg2" if direction == "transposed" else "pygio-csr"
+                for direction, _ in classes]
+
+    monkeypatch.setattr(tuning, "untimed_choices", cusparse_transposed)
+    edge_index = random_graph(400, 400, 3000, seed=17, hub_degree=1000).cuda()
+    x = torch.randn(400, 16, device="cuda", requires_grad=True)
+
+    def grad_x(graph):
+        out = ops.gcn_adjacency(graph, 400, add_self_loops=False).propagate(x)
+        return torch.autograd.grad(out.square().sum(), x)[0]
+
+    python = grad_x(Graph.from_edge_index(edge_index, 400))  # may scatter: Python
+    assert calls["spmm"] == 0 and asked[-1] == ("forward", "forward", "transposed")
+    transposed = Graph.from_edge_index(edge_index, 400)
+    transposed.transpose  # the CSR^T built: the backward cannot scatter
+    assert relative_error(grad_x(transposed), python) < 1e-6
+    assert calls["spmm"] == 1 and asked[-1] == ("forward", "forward")
+    monkeypatch.setattr(spmm_ops.LazyTranspose, "MATERIALIZE_WORK", 1)
+    fresh = Graph.from_edge_index(edge_index, 400)
+    assert relative_error(grad_x(fresh), python) < 1e-6
+    assert calls["spmm"] == 2 and fresh.state.transpose is not None
+
+
 def test_large_bias_gradient_takes_the_gemv(calls, monkeypatch):
     """db as ops.bias_gradient.column_sums computes it at 2^21 elements and
     more (a GEMV), bitwise."""

@@ -17,7 +17,7 @@ recomputed on every call, so gradients flow to the weights.
 from __future__ import annotations
 
 import weakref
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -40,9 +40,10 @@ class EdgeValues:
         self.values = mark_static(values) if static else values
         self._static = static
         self._values_t: Optional[Tensor] = None
-        # Per feature width: whether the tuner gives every SpMM over these
-        # values the kernels of our own (ops.spmm.native_autograd_spmm).
-        self.own_kernels: Dict[int, bool] = {}
+        # Per (feature width, whether the backward may scatter over A): whether
+        # the tuner gives every SpMM over these values the kernels of our own
+        # (ops.spmm.native_autograd_spmm).
+        self.own_kernels: Dict[Tuple[int, bool], bool] = {}
 
     @property
     def values_t(self) -> Tensor:

@@ -280,8 +280,9 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     extension loaded, for 16/32-bit features, a non-empty problem,
     config.spmm_backward ``"auto"`` (the same lazy CSR^T rule) or
     ``"materialized"``, where the tuner gives the kernels of our own every
-    SpMM the call and its backward may run. The deterministic flag is read
-    at the forward."""
+    SpMM the call and its backward may run (the transposed SpMM over A
+    only where LazyTranspose's rule may pick it). The deterministic flag is
+    read at the forward."""
     if not (x.is_cuda and backward in ("auto", "materialized")
             and x.dtype in NATIVE_AUTOGRAD_DTYPES and not edge_values.values.requires_grad
             and not torch.compiler.is_compiling()):
@@ -290,21 +291,28 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     nnz, width = graph.num_edges, x.size(1)
     if extension is None or nnz == 0 or width == 0 or graph.num_src == 0:
         return None
+    has_transpose = backward == "materialized" or graph.state.transpose is not None
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    # Whether the backward may run the transposed SpMM over A (LazyTranspose's
+    # rule, which the C++ autograd applies): else only the two forward classes
+    # need be ours (a large graph's transposed class is cuSPARSE's).
+    scatter = not (has_transpose or deterministic) and (
+        nnz * width < LazyTranspose.MATERIALIZE_WORK)
     mixed = edge_values.values.dtype != x.dtype  # float32 Y of 16-bit x: our kernels, untuned
-    if not mixed and not edge_values.own_kernels.get(width, False):
-        names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz, (
-            ("forward", graph.num_dst), ("transposed", graph.num_dst), ("forward", graph.num_src)))
+    if not mixed and not edge_values.own_kernels.get((width, scatter), False):
+        calls = (("forward", graph.num_dst), ("forward", graph.num_src))
+        names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz,
+                                       calls + ((("transposed", graph.num_dst),) if scatter
+                                                else ()))
         if names is None or any(name != OwnCsrBackend.name for name in names):
             return None
-        edge_values.own_kernels[width] = True  # decided classes stay decided
+        edge_values.own_kernels[(width, scatter)] = True  # decided classes stay decided
     fallback = NativeAutogradFallback(graph, edge_values, x.dtype)
-    has_transpose = backward == "materialized" or graph.state.transpose is not None
     a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
     x = x if x.stride(1) == 1 else x.contiguous()
     return extension.spmm(x, None if bias is None else bias.contiguous(), a,
                           fallback.transpose() if has_transpose else None, graph.num_src,
-                          LazyTranspose.MATERIALIZE_WORK,
-                          torch.are_deterministic_algorithms_enabled(), fallback)
+                          LazyTranspose.MATERIALIZE_WORK, deterministic, fallback)
 
 
 # ------------------------------------------------------------------ SDDMM
