@@ -176,6 +176,11 @@ RUN_TITLES = {
     "results_h200_transformer_occupancy_minibatch":
         "TransformerConv mini-batch steps after its kernels got more warps an SM and a "
         "16-bit L2 prefetch (issue 9)",
+    "results_h200_row_batches_final_gcn":
+        "GCNConv D=64 and D=512 in fp32 and bf16 on the final tree of the row-batch stop "
+        "(the C++ autograd on large graphs too), H200 (issue 6)",
+    "results_h200_row_batches_final_minibatch":
+        "GCNConv mini-batch steps on the final tree of the row-batch stop (issue 5)",
     "results_h200_row_batches_gcn":
         "GCNConv D=64 and D=512 in fp32 and bf16 after narrow SpMM rows went in batches "
         "and the backend heuristic followed the new kernel table, H200 (issue 6)",
