@@ -7,8 +7,8 @@ col, values). The default heuristic (:func:`preference`) was measured on an H200
 (docs/results.md, issue 6), kernel alone, forward A X, against
 cuSPARSE's CSR_ALG2: the kernels of our own need no plan, so a new graph
 costs them nothing, and they win every 16-bit forward (web-like bf16 D=64
-0.75 against 1.55 ms, D=512 4.4 against 7.4 ms), every float32 forward of
-width 64 (web-like 1.01 against 1.58 ms, arxiv-like 0.12 against 0.14)
+0.75 against 1.55 ms, D=512 4.4 against 7.4 ms), every float32 forward up
+to width 64 (web-like 1.01 against 1.58 ms, arxiv-like 0.12 against 0.14)
 and, on graphs of 2^22 entries and more, win or tie the wider float32
 ones (D=128 / 256 / 512: pokec-like 1.15 / 1.01 / 1.02x, web-like 1.07 /
 1.15 / 1.03x, products-like 1.16 / 0.97 / 1.03x cuSPARSE's time). Wider
