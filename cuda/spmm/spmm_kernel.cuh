@@ -296,6 +296,18 @@ __device__ __forceinline__ void store_row_piece(const pygio_spmm_csr_params& p, 
   store_pack<V>(y + row * p.y_row_stride + k, sums);
 }
 
+// Y[row] = acc (+ bias) for a one-pass row, from the lanes holding its pieces.
+template <typename Traits>
+__device__ __forceinline__ void store_row(const pygio_spmm_csr_params& p, WarpLayout layout,
+                                          int lane, int64_t row, int64_t pieces,
+                                          RowAcc<Traits>& acc) {
+#pragma unroll
+  for (int q = 0; q < Traits::kPieces; ++q) {
+    const int64_t piece = layout.piece(lane, 0, q);
+    if (piece < pieces) store_row_piece<Traits>(p, row, piece, acc[q]);
+  }
+}
+
 // Pieces one warp pass covers.
 template <typename Traits>
 __device__ __forceinline__ int64_t pieces_per_pass(WarpLayout layout) {
@@ -411,23 +423,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     RowAcc<Traits> acc;
     gather_entries<Traits, true>(p, layout, lane, 0, EntryRange<Traits>{begin, end}, following, 1,
                                  step, acc);
-#pragma unroll
-    for (int q = 0; q < Traits::kPieces; ++q) {
-      const int64_t piece = layout.piece(lane, 0, q);
-      if (piece < pieces) store_row_piece<Traits>(p, row, piece, acc[q]);
-    }
-  }
-}
-
-// Y[row] = acc (+ bias) for a one-pass row, from the lanes holding its pieces.
-template <typename Traits>
-__device__ __forceinline__ void store_row(const pygio_spmm_csr_params& p, WarpLayout layout,
-                                          int lane, int64_t row, int64_t pieces,
-                                          RowAcc<Traits>& acc) {
-#pragma unroll
-  for (int q = 0; q < Traits::kPieces; ++q) {
-    const int64_t piece = layout.piece(lane, 0, q);
-    if (piece < pieces) store_row_piece<Traits>(p, row, piece, acc[q]);
+    store_row<Traits>(p, layout, lane, row, pieces, acc);
   }
 }
 
