@@ -301,9 +301,9 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     mixed = edge_values.values.dtype != x.dtype  # float32 Y of 16-bit x: our kernels, untuned
     if not mixed and not edge_values.own_kernels.get((width, scatter), False):
         calls = (("forward", graph.num_dst), ("forward", graph.num_src))
-        names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz,
-                                       calls + ((("transposed", graph.num_dst),) if scatter
-                                                else ()))
+        if scatter:
+            calls += (("transposed", graph.num_dst),)
+        names = tuning.untimed_choices(FAMILY, width, x.dtype, x.device, nnz, calls)
         if names is None or any(name != OwnCsrBackend.name for name in names):
             return None
         edge_values.own_kernels[(width, scatter)] = True  # decided classes stay decided
