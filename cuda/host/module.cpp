@@ -24,7 +24,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 9;
+  m.attr("HOST_API_VERSION") = 10;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -91,7 +91,8 @@ PYBIND11_MODULE(_native_host_ext, m) {
       "pygio_transformer_backward: [grad_q, grad_k, grad_v, grad_edge]");
   m.def("spmm", &spmm_autograd, "Y = A X + b with its backward in C++", py::arg("x"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
-        py::arg("materialize_work"), py::arg("deterministic"), py::arg("fallback"));
+        py::arg("materialize_work"), py::arg("cast_grad_first_degree"),
+        py::arg("deterministic"), py::arg("fallback"));
   m.def("minmax_aggregate", &minmax_autograd,
         "neighbour min / max with its backward in C++", py::arg("x"), py::arg("rowptr"),
         py::arg("col"), py::arg("reduce"), py::arg("hub_degree"), py::arg("max_hubs"),

@@ -9,7 +9,9 @@
 //   backward: dX = A^T dY          over the CSR^T (rowptr_t, col_t, values_t)
 //                                  where given, else as a transposed SpMM
 //                                  over A (the lazy rule below); in X's
-//                                  dtype
+//                                  dtype (a float32 dY of 16-bit X cast
+//                                  first where A has many entries a row
+//                                  of dY, else the kernels' mixed form)
 //             db = column sums of dY, fp32 accumulation (as autograd's add
 //                  sums them where b promotes)
 //
@@ -61,13 +63,13 @@ Csr csr_from_python(const py::handle& parts) {
 class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
  public:
   // bias is optional (an undefined tensor cannot be an autograd input). Of
-  // Y's dtype it is added inside the kernel; of another (an fp32 bias of a
-  // 16-bit Y under autocast) after it, promoting as torch does: Y = A X + b
-  // in b's dtype.
+  // Y's dtype it is added inside the kernel; of another (say a float16 bias
+  // of a float32 Y; autocast's fp32 bias over 16-bit X comes as the mixed
+  // form, Y in float32) after it, promoting as torch does.
   static Tensor forward(AutogradContext* ctx, const Tensor& x,
                         const c10::optional<Tensor>& bias, Csr a, Csr a_t, int64_t num_cols,
-                        int64_t materialize_work, bool deterministic,
-                        const py::object& fallback) {
+                        int64_t materialize_work, int64_t cast_grad_first_degree,
+                        bool deterministic, const py::object& fallback) {
     const auto out_dtype = a.values.scalar_type();  // x's, or float32 for 16-bit x
     const bool promoting = bias.has_value() && bias->scalar_type() != out_dtype;
     ctx->saved_data["has_bias"] = bias.has_value();
@@ -77,6 +79,7 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     ctx->saved_data["num_cols"] = num_cols;
     ctx->saved_data["deterministic"] = deterministic;
     ctx->saved_data["materialize_work"] = materialize_work;
+    ctx->saved_data["cast_grad_first_degree"] = cast_grad_first_degree;
     ctx->saved_data["degree_bound"] = a.degree_bound;
     ctx->saved_data["degree_bound_t"] = a_t.degree_bound;
     ctx->saved_data["fallback"] = hold(fallback);
@@ -116,19 +119,28 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
         py::gil_scoped_acquire gil;
         a_t = csr_from_python(python_object(ctx->saved_data["fallback"]).attr("transpose")());
       }
-      // dX in x's dtype (from a float32 dY of a 16-bit x: the kernels' mixed form).
-      grad_x = a_t.rowptr.defined() ? spmm(a_t, a.rowptr.numel() - 1, grad, Tensor(), false,
+      // dX in x's dtype. From a float32 dY of a 16-bit x: dY and the values
+      // cast to x's dtype first where A has many entries a row of dY, else
+      // the kernels' mixed form (ops.spmm.cast_grad_first).
+      Csr& used = a_t.rowptr.defined() ? a_t : a;
+      Tensor grad_in = grad;  // db below sums the float32 dY
+      if (grad.scalar_type() != x_dtype &&
+          a.col.numel() >= ctx->saved_data["cast_grad_first_degree"].toInt() * grad.size(0)) {
+        grad_in = grad.to(x_dtype);
+        used.values = used.values.to(x_dtype);
+      }
+      grad_x = a_t.rowptr.defined() ? spmm(a_t, a.rowptr.numel() - 1, grad_in, Tensor(), false,
                                            deterministic, x_dtype)
-                                    : spmm(a, num_x, grad, Tensor(), true, false, x_dtype);
+                                    : spmm(a, num_x, grad_in, Tensor(), true, false, x_dtype);
     }
     if (needs_bias && !promoting) grad_bias = column_sums(grad, grad.scalar_type());
     return gradients(grad_x, grad_bias);
   }
 
  private:
-  // One gradient per argument of forward (x, bias, then seven that take none).
+  // One gradient per argument of forward (x, bias, then eight that take none).
   static variable_list gradients(const Tensor& grad_x, const Tensor& grad_bias) {
-    variable_list grads(9);
+    variable_list grads(10);
     grads[0] = grad_x;
     grads[1] = grad_bias;
     return grads;
@@ -157,7 +169,8 @@ class SpmmFunction : public torch::autograd::Function<SpmmFunction> {
 
 Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
                      const py::tuple& a, const py::object& a_t, int64_t num_cols,
-                     int64_t materialize_work, bool deterministic, const py::object& fallback) {
+                     int64_t materialize_work, int64_t cast_grad_first_degree,
+                     bool deterministic, const py::object& fallback) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   TORCH_CHECK(native.spmm_csr != nullptr, "pyg_ioaware host extension: set_native first");
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.stride(1) == 1,
@@ -165,7 +178,7 @@ Tensor spmm_autograd(const Tensor& x, const c10::optional<Tensor>& bias,
   Csr transposed{Tensor(), Tensor(), Tensor(), -1};
   if (!a_t.is_none()) transposed = csr_from_python(a_t);
   return SpmmFunction::apply(x, bias, csr_from_python(a), transposed, num_cols,
-                             materialize_work, deterministic, fallback);
+                             materialize_work, cast_grad_first_degree, deterministic, fallback);
 }
 
 }  // namespace pygio_host

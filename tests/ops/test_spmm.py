@@ -141,6 +141,34 @@ def test_mixed_output_dtype_matches_float64(device, x_dtype, out_dtype):
 
 
 @pytest.mark.parametrize("device", devices())
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("entries_per_row", [2, 12])
+def test_mixed_propagation_backward_matches_float64(device, dtype, entries_per_row):
+    """16-bit h, float32 edge weights and bias (float32 messages and Y, as
+    under autocast): dh = A^T dY in h's dtype from the float32 dY, gathered
+    as it is (few entries a row of dY) or with dY and the weights cast to
+    h's dtype first (many; ops.spmm.CAST_GRAD_FIRST_DEGREE, 4). Both
+    within 16-bit rounding of float64; db sums the float32 dY."""
+    n = 300
+    edge_index = random_graph(n, n, n * entries_per_row, seed=17 + entries_per_row,
+                              hub_degree=n).to(device)
+    weight = torch.rand(edge_index.size(1), device=device)
+    adjacency = ops.gcn_adjacency(edge_index, n, weight, add_self_loops=False, normalize=False)
+    h = torch.randn(n, 24, device=device).to(dtype).requires_grad_()
+    bias = torch.randn(24, device=device, requires_grad=True)
+    grad = torch.randn(n, 24, device=device)
+    out = adjacency.propagate(h, bias=bias)
+    out.backward(grad)
+    assert out.dtype == torch.float32 and h.grad.dtype == dtype
+    a = torch.zeros(n, n, dtype=torch.float64)
+    a.index_put_((edge_index[1].cpu(), edge_index[0].cpu()), weight.double().cpu(),
+                 accumulate=True)
+    assert relative_error(out, a @ h.double().cpu() + bias.double().cpu()) < 1e-5
+    assert relative_error(h.grad, a.T @ grad.double().cpu()) < TOLERANCE[dtype]
+    assert relative_error(bias.grad, grad.double().sum(0)) < 1e-6
+
+
+@pytest.mark.parametrize("device", devices())
 def test_opcheck(device):
     _, spmm_args, sddmm_args = op_sample_inputs(device)
     for args in spmm_args:
