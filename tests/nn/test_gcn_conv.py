@@ -337,6 +337,39 @@ def test_cuda_matches_pyg(weighted, improved):
                 shadowed_self_loops(edge_index.cpu()).cuda())
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_autocast_16bit_features_sum_in_float32(device):
+    """16-bit features under autocast: PyG's fp32 bias promotes its 16-bit
+    aggregation to fp32. Ours writes that fp32 output with the bias added
+    inside the aggregation, the sum never rounded to 16 bits: within fp32
+    rounding of A_norm (X W) + b computed in float64 from the layer's own
+    bf16 X W; PyG's dtypes, and its values within bf16 rounding."""
+    # PyG's CUDA scatter sums 16-bit messages in 16 bits: rows of a few
+    # dozen entries keep that within the bf16 tolerance.
+    n = 60
+    edge_index = random_graph(n, n, 400, seed=37, hub_degree=40).to(device)
+    x = torch.randn(n, 32, device=device).bfloat16()
+    ours, ref = pair(32, 48)
+    ours, ref = ours.to(device), ref.to(device)
+    grad = torch.randn(n, 48, device=device)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        got = forward_backward(ours, x, edge_index, None, grad)
+        expected = forward_backward(ref, x, edge_index, None, grad)
+        projected = ours.lin(x).double()
+    loops = torch.arange(n, device=device).repeat(2, 1)
+    kept = edge_index[:, edge_index[0] != edge_index[1]]
+    src, dst = torch.cat([kept, loops], dim=1)
+    deg = torch.zeros(n, dtype=torch.float64, device=device).index_add_(
+        0, dst, torch.ones_like(dst, dtype=torch.float64))
+    norm = deg[src].rsqrt() * deg[dst].rsqrt()
+    exact = torch.zeros_like(projected).index_add_(0, dst, norm[:, None] * projected[src])
+    exact = exact + ours.bias.double()
+    assert got[0].dtype == expected[0].dtype == torch.float32
+    assert got[1].dtype == expected[1].dtype == torch.bfloat16
+    assert relative_error(got[0], exact) < 1e-5
+    assert_same(got, expected, TOLERANCE[torch.bfloat16])
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_cuda_autocast(dtype):

@@ -174,15 +174,18 @@ def test_cases_left_to_python(calls, monkeypatch):
     assert calls["spmm"] == 1
 
 
+@pytest.mark.parametrize("features", ["float32", "16-bit"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_autocast_bias_is_added_after_promoting(calls, monkeypatch, dtype):
-    """Under autocast the fp32 bias is added after the 16-bit aggregation,
-    in fp32, and its gradient sums the fp32 dY, as autograd's add does:
-    bitwise the Python path's (deterministic algorithms: no atomics)."""
+def test_autocast_bias_inside_the_mixed_aggregation(calls, monkeypatch, dtype, features):
+    """Under autocast, over float32 features (float32 edge values) and over
+    16-bit ones (an fp32 bias promotes the 16-bit sum), the fp32 bias is
+    added inside the aggregation, Y in fp32, and its gradient sums the
+    fp32 dY: bitwise the Python path's (deterministic algorithms: no
+    atomics)."""
     edge_index = random_graph(400, 400, 3000, seed=15, hub_degree=1500).cuda()
     conv = GCNConv(24, 40).cuda()
     torch.nn.init.normal_(conv.bias)
-    x = torch.randn(400, 24, device="cuda")
+    x = torch.randn(400, 24, device="cuda", dtype=torch.float32 if features == "float32" else dtype)
     grad_out = torch.randn(400, 40, device="cuda")
     torch.use_deterministic_algorithms(True)
     try:

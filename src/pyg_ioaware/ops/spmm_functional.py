@@ -18,7 +18,8 @@ from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
 from .normalize import normalized_values, weights_in_csr_order
-from .spmm import LazyTranspose, SpmmFunction, mixed_call, native_autograd_spmm, spmm_trusted
+from .spmm import (HALF_DTYPES, LazyTranspose, SpmmFunction, mixed_call, native_autograd_spmm,
+                   spmm_trusted)
 
 FLOWS = ("source_to_target", "target_to_source")
 
@@ -55,9 +56,10 @@ class SpmmAdjacency:
         where none are given (GCN's normalization makes ones in the layer
         input's dtype; None: no weights, messages in ``h``'s dtype). So
         float32 weights over 16-bit ``h`` (``torch.autocast``) aggregate
-        into float32, as PyG's messages do. A bias of the messages' dtype
-        is added inside the aggregation (2-D ``h``); any other is added
-        after it, promoting as torch does."""
+        into float32, as PyG's messages do. A bias of the messages' dtype,
+        or a float32 one over 16-bit messages, is added inside the
+        aggregation (2-D ``h``; Y then in float32, the dtype torch's add
+        promotes to); any other is added after it, promoting as torch does."""
         graph = self.graph
         if not isinstance(h, Tensor):
             raise TypeError(f"propagate: expected node features as a tensor, got "
@@ -89,11 +91,17 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     ``weight_csr``; out in ``out_dtype`` (default x's; float32 for 16-bit x
     reads x as it is, with float32 a_e (the kernels' mixed form); any other
     dtype converts x first). A bias of out's dtype is added inside the
-    aggregation, any other (an fp32 bias of a 16-bit out under autocast)
-    after it, promoting as torch does. Where nothing needs a gradient
+    aggregation. So is a float32 bias over 16-bit x and out (autocast with
+    16-bit features): torch's add would promote the sum to float32, and the
+    mixed form writes that float32 sum plus the bias in one pass (the sum
+    not rounded to 16 bits on the way). Any other bias is added after the
+    aggregation, promoting as torch does. Where nothing needs a gradient
     (inference) the autograd Function is skipped; the CSR^T is built where
     config.spmm_backward says (lazily by default)."""
     out_dtype = x.dtype if out_dtype is None else out_dtype
+    if (bias is not None and out_dtype == x.dtype and x.dtype in HALF_DTYPES
+            and bias.dtype == torch.float32):
+        out_dtype = torch.float32
     mixed = mixed_call(x.dtype, out_dtype)
     if out_dtype != x.dtype and not mixed:  # e.g. float64 weights: PyG's float64 messages
         x = x.to(out_dtype)
