@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from pyg_ioaware.bench import cases, graphs, minibatch
+from pyg_ioaware.bench import cases, graphs, minibatch, timing
 from pyg_ioaware.bench.cli import CPU_SCALE, _default_sizes, main, parse_args
 from pyg_ioaware.bench.report import check_bars, minibatch_comparisons
 from pyg_ioaware.bench.timing import measure
@@ -59,6 +59,34 @@ def test_measure_records_oom_instead_of_raising():
     m = measure(step, x, [], "fp32", iters=2, warmup=1)
     assert m.status == "OOM" and m.fwd_ms is None
     assert m.detail == "CUDA out of memory. Tried to allocate 5 GiB."
+
+
+def test_layer_timings_take_turns_and_go_on_past_an_oom():
+    """Ours and the baselines run their warm-ups, then rounds in turn; one
+    that runs out of memory gets status "OOM" and the others go on."""
+    order = []
+
+    def step_of(name, error=None):
+        def step(x):
+            order.append(name)
+            if error is not None and order.count(name) > 1:
+                raise error
+            return x * 2
+        return step
+
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 5 GiB. GPU 0 ...")
+    x = torch.randn(5, 3, requires_grad=True)
+    timers = {name: timing.LayerTimer(step_of(name, error), x, [], "fp32")
+              for name, error in (("ours", None), ("big", oom), ("pyg", None))}
+    results = timing.measure_interleaved(timers, iters=4, warmup=1, rounds=2,
+                                         failed=lambda _, error: timing.out_of_memory(error))
+    assert order == ["ours", "big", "pyg", "ours", "ours", "big", "pyg", "pyg",
+                     "ours", "ours", "pyg", "pyg"]
+    assert results["big"].status == "OOM" and results["big"].fwd_ms is None
+    assert results["big"].detail == "CUDA out of memory. Tried to allocate 5 GiB."
+    assert all(results[name].status == "ok" and results[name].fwd_ms >= 0
+               for name in ("ours", "pyg"))
+    assert x.grad is None  # cleared after the last iteration
 
 
 def test_torch_sparse_baseline_computes_pyg_gcn():

@@ -1,7 +1,7 @@
 """``python -m pyg_ioaware.bench``: run the suite of docs/benchmark_protocol.md.
 
 For every graph: generate it, time the Graph build once, then for every case
-and precision time ours and each baseline in the same process. Then, for
+and precision time ours and each baseline in the same process, in turns. Then, for
 every mini-batch size, the training step of a 2-layer model per mini-batch
 case (bench.minibatch). The JSON file is rewritten after every case, so a
 run cut short keeps what it measured; the short summary is printed last.
@@ -32,10 +32,13 @@ from .progress import Progress
 from .report import (check_bars, comparisons, environment, format_bandwidth, format_graphs,
                      format_minibatch, format_results, format_summary, minibatch_comparisons,
                      summarize, write_json)
-from .timing import (MB, PRECISIONS, Measurement, feature_dtype, free_memory, measure,
-                     oom_message, time_once)
+from .timing import (MB, PRECISIONS, LayerTimer, Measurement, feature_dtype, free_memory,
+                     measure_interleaved, oom_message, time_once)
 
 PROTOCOL_MIN_ITERS = 15
+# Rounds in which ours and the baselines take turns (run_case); as the
+# mini-batch steps' (minibatch.ROUNDS).
+LAYER_ROUNDS = minibatch.ROUNDS
 # The CPU-sized suite (no GPU): about a minute on 2 cores. fp32 only: under
 # bf16 autocast torch's CPU kernels run several times slower than in fp32
 # (PyG's layers as ours; GATv2Conv (8, 128)'s backward 28 s against 1.4 s an
@@ -195,9 +198,11 @@ def graph_build(edge_index: torch.Tensor, num_nodes: int) -> Dict[str, float]:
 
 def run_case(case: Case, work: Workload, args: argparse.Namespace, progress: Progress,
              label: str) -> List[Dict[str, object]]:
-    """Time ours, then every baseline, for one graph, case and precision.
-    Building ours counts as part of its measurement: a failure there gives
-    its row a status, as a failure while timing does."""
+    """Time ours and every baseline for one graph, case and precision, in
+    turns (:func:`timing.measure_interleaved`, LAYER_ROUNDS rounds), so a
+    drift of the host's speed weighs on each alike. Building ours counts as
+    part of its measurement: a failure there gives its row a status, as a
+    failure while timing does."""
     torch.manual_seed(args.seed)
     device = work.device
     x = torch.randn(work.num_nodes, case.in_channels, device=device,
@@ -213,25 +218,35 @@ def run_case(case: Case, work: Workload, args: argparse.Namespace, progress: Pro
     builders: Dict[str, Callable[[], Impl]] = {OURS: build_ours}
     builders.update({name: (lambda make=make: make(work, ours))
                      for name, make in case.baselines.items()})
-    rows = []
+    progress.start(f"{label} ({', '.join(builders)}, interleaved)")
+    measurements: Dict[str, Measurement] = {}
+    timers: Dict[str, LayerTimer] = {}
     for impl_name, build in builders.items():
-        progress.start(f"{label} {impl_name}")
         try:
             impl = build()
-            m = measure(impl.step, x, list(impl.module.parameters()), work.precision,
-                        args.iters, args.warmup)
-        except Unsupported as error:
-            m = Measurement("unsupported", detail=str(error))
-        except torch.cuda.OutOfMemoryError as error:
-            m = Measurement("OOM", detail=oom_message(error))
-        except Exception as error:  # keep a long run going; the bar check reports it
-            traceback.print_exc()
-            m = Measurement("error", detail=f"{type(error).__name__}: {error}")
-        impl = None
-        free_memory(device)
-        progress.finish(describe(m))
-        rows.append({"impl": impl_name, **dataclasses.asdict(m)})
-    return rows
+            timers[impl_name] = LayerTimer(impl.step, x, list(impl.module.parameters()),
+                                           work.precision)
+        except Exception as error:
+            measurements[impl_name] = _failure(error)
+    impl = None
+    measurements.update(measure_interleaved(timers, args.iters, args.warmup, LAYER_ROUNDS,
+                                            lambda _, error: _failure(error)))
+    timers.clear()
+    free_memory(device)
+    progress.finish("; ".join(f"{name} {describe(measurements[name])}" for name in builders))
+    return [{"impl": name, **dataclasses.asdict(measurements[name])} for name in builders]
+
+
+def _failure(error: Exception) -> Measurement:
+    """The status of what building or timing an implementation raised
+    (called inside the ``except`` clause: an unexpected error's traceback
+    is printed and the run goes on; the bar check reports it)."""
+    if isinstance(error, Unsupported):
+        return Measurement("unsupported", detail=str(error))
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return Measurement("OOM", detail=oom_message(error))
+    traceback.print_exc()
+    return Measurement("error", detail=f"{type(error).__name__}: {error}")
 
 
 def run_kernels(case: Case, work: Workload, copy_gbs: float, progress: Progress,
@@ -302,7 +317,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"--append: {refusal}", flush=True)
             return 2
     rows: List[Dict[str, object]] = payload["results"]
-    total = (len(args.graphs) * len(args.dtypes) * sum(1 + len(c.baselines) for c in args.cases) +
+    total = (len(args.graphs) * len(args.dtypes) * len(args.cases) +
              len(sizes) * len(args.minibatch_cases) * len(args.dtypes))
     progress = Progress(total)
     for graph_name in args.graphs:

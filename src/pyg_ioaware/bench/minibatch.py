@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from .cases import OURS, LayerBuilder, MinibatchCase, Unsupported
 from .progress import Progress
-from .timing import MB, Clock, autocast, free_memory, oom_message, time_once
+from .timing import MB, Clock, autocast, free_memory, oom_message, take_turns, time_once
 
 NUM_CLASSES = 47
 NUM_BATCHES = 8
@@ -209,28 +209,17 @@ def time_training(model: nn.Module, batches: Sequence[Batch], precision: str, ne
 def time_interleaved(timers: Dict[str, StepTimer], iters: int, warmup: int,
                      rounds: int = ROUNDS) -> Dict[str, Dict[str, object]]:
     """Per timer, ``{"status": "ok", "step_ms": median}`` or the status that
-    stopped it (see :func:`_guarded`). The steps run in ``rounds`` rounds
-    that each run every timer for its share of ``iters`` steps in turn
-    (after a warm-up of at least one pass over the batches each), so that a
-    drift of the host's speed during the run (small steps are bound by host
-    time) weighs on every variant alike."""
+    stopped it (see :func:`_status`): the timers take turns in ``rounds``
+    rounds (:func:`timing.take_turns`) after a warm-up of at least one pass
+    over the batches each."""
     results: Dict[str, Dict[str, object]] = {}
-    live = dict(timers)
-
-    def attempt(name: str, run: Callable[[], None]) -> None:
-        result = _guarded(lambda: run() or {})
-        if result["status"] != "ok":
-            results[name] = result
-            del live[name]
-
-    for name, timer in list(live.items()):
-        attempt(name, lambda t=timer: t.run(max(warmup, len(t.batches)), record=False))
-    per_round = max(1, -(-iters // rounds))
-    for _ in range(rounds):
-        for name, timer in list(live.items()):
-            attempt(name, lambda t=timer: t.run(per_round))
-    for name, timer in live.items():
-        results[name] = _guarded(lambda t=timer: {"step_ms": t.finish()})
+    passes = max((len(timer.batches) for timer in timers.values()), default=0)
+    take_turns({name: timer.run for name, timer in timers.items()}, iters,
+               max(warmup, passes), rounds,
+               lambda name, error: results.__setitem__(name, _status(error)))
+    for name, timer in timers.items():
+        if name not in results:
+            results[name] = _guarded(lambda t=timer: {"step_ms": t.finish()})
     return {name: results[name] for name in timers}
 
 
@@ -362,14 +351,20 @@ def run_size(size: BatchSize, cases: Sequence[MinibatchCase], precisions: Sequen
 
 
 def _guarded(fn: Callable[[], Dict[str, object]]) -> Dict[str, object]:
-    """``fn()`` with status "ok", or status "unsupported" / "OOM" / "error"
-    and a detail, so a long run goes on."""
+    """``fn()`` with status "ok", or the status of what it raised
+    (:func:`_status`), so a long run goes on."""
     try:
         return {"status": "ok", **fn()}
-    except Unsupported as error:
-        return {"status": "unsupported", "detail": str(error)}
-    except torch.cuda.OutOfMemoryError as error:
-        return {"status": "OOM", "detail": oom_message(error)}
     except Exception as error:
-        traceback.print_exc()
-        return {"status": "error", "detail": f"{type(error).__name__}: {error}"}
+        return _status(error)
+
+
+def _status(error: Exception) -> Dict[str, object]:
+    """Status "unsupported" / "OOM" / "error" and a detail (called inside
+    the ``except`` clause: an unexpected error's traceback is printed)."""
+    if isinstance(error, Unsupported):
+        return {"status": "unsupported", "detail": str(error)}
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return {"status": "OOM", "detail": oom_message(error)}
+    traceback.print_exc()
+    return {"status": "error", "detail": f"{type(error).__name__}: {error}"}

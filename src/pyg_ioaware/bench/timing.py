@@ -12,7 +12,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, List, Optional, Tuple, TypeVar
+from typing import Callable, Dict, Iterable, List, Optional, Tuple, TypeVar
 
 import torch
 from torch import Tensor
@@ -90,64 +90,126 @@ def free_memory(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def measure(step: Callable[[Tensor], Tensor], x: Tensor, params: Iterable[Tensor],
-            precision: str, iters: int, warmup: int) -> Measurement:
-    """Median forward / backward ms and peak memory of ``step(x)``.
+class LayerTimer:
+    """Forward / backward timing and peak memory of ``step(x)``, run in
+    pieces (:meth:`run`), read with :meth:`result`.
 
     Each iteration runs the forward under the precision's autocast, then a
     backward from a fresh random output gradient; gradients of ``x`` and
     ``params`` are cleared before each iteration so nothing accumulates.
-    Warm-up iterations (first-call work such as building a graph cache) count
-    for neither time nor memory. A CUDA out-of-memory error gives status "OOM"
-    and frees what it can.
+    Only recorded iterations count for time and memory (warm-up ones cover
+    first-call work such as building a graph cache). Peak memory is the
+    allocator's peak above the iteration's starting allocation.
     """
-    device = x.device
-    leaves: List[Tensor] = [x, *params]
-    clock = Clock(device)
-    cuda = device.type == "cuda"
-    marks = []
-    peak_fwd = peak_all = 0
-    oom = None
-    out = grad = None
-    try:
-        for i in range(warmup + iters):
-            for leaf in leaves:
-                leaf.grad = None
+
+    def __init__(self, step: Callable[[Tensor], Tensor], x: Tensor, params: Iterable[Tensor],
+                 precision: str):
+        self.step, self.x, self.precision = step, x, precision
+        self.leaves: List[Tensor] = [x, *params]
+        self.clock = Clock(x.device)
+        self.marks: List[tuple] = []
+        self.peak_fwd = self.peak_all = 0
+
+    def run(self, iters: int, record: bool = True) -> None:
+        """``iters`` iterations (raises torch.cuda.OutOfMemoryError)."""
+        device, clock = self.x.device, self.clock
+        cuda = device.type == "cuda"
+        for _ in range(iters):
+            self.clear_grads()
             if cuda:
                 torch.cuda.synchronize(device)
                 torch.cuda.reset_peak_memory_stats(device)
                 base = torch.cuda.memory_allocated(device)
             t0 = clock.mark()
-            with autocast(precision, device):
-                out = step(x)
+            with autocast(self.precision, device):
+                out = self.step(self.x)
             t1 = clock.mark()
-            timed = i >= warmup
-            if cuda and timed:
-                peak_fwd = max(peak_fwd, torch.cuda.max_memory_allocated(device) - base)
+            if cuda and record:
+                self.peak_fwd = max(self.peak_fwd,
+                                    torch.cuda.max_memory_allocated(device) - base)
             grad = torch.randn_like(out)
             t2 = clock.mark()
             out.backward(grad)
             t3 = clock.mark()
-            if cuda and timed:
-                peak_all = max(peak_all, torch.cuda.max_memory_allocated(device) - base)
+            if cuda and record:
+                self.peak_all = max(self.peak_all,
+                                    torch.cuda.max_memory_allocated(device) - base)
             out = grad = None
-            if timed:
-                marks.append((t0, t1, t2, t3))
-        clock.synchronize()
-    except torch.cuda.OutOfMemoryError as error:
-        oom = oom_message(error)
-    if oom is not None:
-        out = grad = None
-        for leaf in leaves:
+            if record:
+                self.marks.append((t0, t1, t2, t3))
+
+    def clear_grads(self) -> None:
+        for leaf in self.leaves:
             leaf.grad = None
-        free_memory(device)
-        return Measurement("OOM", detail=oom)
-    for leaf in leaves:
-        leaf.grad = None
-    fwd = statistics.median(clock.elapsed_ms(t0, t1) for t0, t1, _, _ in marks)
-    bwd = statistics.median(clock.elapsed_ms(t2, t3) for _, _, t2, t3 in marks)
-    return Measurement("ok", fwd, bwd, peak_fwd / MB if cuda else None,
-                       peak_all / MB if cuda else None)
+
+    def result(self) -> Measurement:
+        """Median forward and backward ms of the recorded iterations, peaks in MB."""
+        self.clock.synchronize()
+        self.clear_grads()
+        elapsed = self.clock.elapsed_ms
+        fwd = statistics.median(elapsed(t0, t1) for t0, t1, _, _ in self.marks)
+        bwd = statistics.median(elapsed(t2, t3) for _, _, t2, t3 in self.marks)
+        cuda = self.x.device.type == "cuda"
+        return Measurement("ok", fwd, bwd, self.peak_fwd / MB if cuda else None,
+                           self.peak_all / MB if cuda else None)
+
+
+def take_turns(runs: Dict[str, Callable[[int, bool], None]], iters: int, warmup: int,
+               rounds: int, failed: Callable[[str, Exception], None]) -> None:
+    """Calls ``runs[name](count, record)``: ``warmup`` unrecorded iterations
+    each, then ``iters`` recorded ones (rounded up to whole rounds) in
+    ``rounds`` rounds (at most ``iters``), each round giving every run its
+    share in turn, so that a drift of the host's speed during the timing
+    (small problems are bound by host time) weighs on every run alike. A
+    run that raises is handed to ``failed(name, error)`` (inside the
+    ``except`` clause) and dropped."""
+    dropped = set()
+    rounds = max(1, min(rounds, iters))
+    per_round = -(-iters // rounds)
+    for count, record in [(warmup, False)] + [(per_round, True)] * rounds:
+        for name, run in runs.items():
+            if name in dropped or count == 0:
+                continue
+            try:
+                run(count, record)
+            except Exception as error:  # the caller reports it as a status
+                dropped.add(name)
+                failed(name, error)
+
+
+def measure_interleaved(timers: Dict[str, LayerTimer], iters: int, warmup: int, rounds: int,
+                        failed: Callable[[str, Exception], Measurement]) -> Dict[str, Measurement]:
+    """:class:`LayerTimer` results of implementations timed in turns
+    (:func:`take_turns`); one that raises gets ``failed(name, error)``."""
+    results: Dict[str, Measurement] = {}
+
+    def drop(name: str, error: Exception) -> None:
+        timers[name].clear_grads()
+        results[name] = failed(name, error)
+
+    take_turns({name: timer.run for name, timer in timers.items()}, iters, warmup, rounds, drop)
+    return {name: results[name] if name in results else timer.result()
+            for name, timer in timers.items()}
+
+
+def out_of_memory(error: Exception) -> Measurement:
+    """Status "OOM" for a CUDA out-of-memory error; any other is raised again."""
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return Measurement("OOM", detail=oom_message(error))
+    raise error
+
+
+def measure(step: Callable[[Tensor], Tensor], x: Tensor, params: Iterable[Tensor],
+            precision: str, iters: int, warmup: int) -> Measurement:
+    """Median forward / backward ms and peak memory of ``step(x)`` alone
+    (:class:`LayerTimer`, ``warmup`` iterations first). A CUDA out-of-memory
+    error gives status "OOM" and frees what it can."""
+    timer = LayerTimer(step, x, params, precision)
+    result = measure_interleaved({"step": timer}, iters, warmup, 1,
+                                 lambda _, error: out_of_memory(error))["step"]
+    if result.status == "OOM":
+        free_memory(x.device)
+    return result
 
 
 def time_once(fn: Callable[[], T], device: torch.device) -> Tuple[float, T]:
