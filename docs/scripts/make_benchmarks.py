@@ -176,6 +176,13 @@ RUN_TITLES = {
     "results_h200_transformer_occupancy_minibatch":
         "TransformerConv mini-batch steps after its kernels got more warps an SM and a "
         "16-bit L2 prefetch (issue 9)",
+    "results_h200_mixed_bias_gcn":
+        "GCNConv D=64 and D=512 in fp32, bf16 and fp16 after the autocast bias over 16-bit "
+        "features went inside the mixed aggregation, ours and the baselines timed in turns, "
+        "H200 (issue 6)",
+    "results_h200_mixed_bias_minibatch":
+        "GCNConv mini-batch steps after the autocast bias over 16-bit features went inside "
+        "the mixed aggregation (issue 5)",
     "results_h200_row_batches_final_gcn":
         "GCNConv D=64 and D=512 in fp32 and bf16 on the final tree of the row-batch stop "
         "(the C++ autograd on large graphs too), H200 (issue 6)",
