@@ -213,10 +213,13 @@ def time_interleaved(timers: Dict[str, StepTimer], iters: int, warmup: int,
     rounds (:func:`timing.take_turns`) after a warm-up of at least one pass
     over the batches each."""
     results: Dict[str, Dict[str, object]] = {}
+
+    def failed(name: str, error: Exception) -> None:
+        results[name] = _status(error)
+
     passes = max((len(timer.batches) for timer in timers.values()), default=0)
     take_turns({name: timer.run for name, timer in timers.items()}, iters,
-               max(warmup, passes), rounds,
-               lambda name, error: results.__setitem__(name, _status(error)))
+               max(warmup, passes), rounds, failed)
     for name, timer in timers.items():
         if name not in results:
             results[name] = _guarded(lambda t=timer: {"step_ms": t.finish()})
