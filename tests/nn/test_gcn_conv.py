@@ -300,12 +300,14 @@ def test_compile_without_graph_breaks():
     assert relative_error(out, out_ref) < 1e-6 and relative_error(gx, gx_ref) < 1e-6
 
 
-def test_compile_under_autocast_gives_the_eager_dtype_and_values():
-    """The mixed SpMM (bf16 X W, float32 messages) traced as the custom op
-    with its out_dtype, forward and backward."""
+@pytest.mark.parametrize("features", [torch.float32, torch.bfloat16])
+def test_compile_under_autocast_gives_the_eager_dtype_and_values(features):
+    """The mixed SpMM (bf16 X W, float32 messages; with bf16 features the
+    float32 bias promotes them) traced as the custom op with its out_dtype,
+    forward and backward (6 entries a row: dY cast first)."""
     graph = Graph.from_input(random_graph(60, 60, 300, seed=37), num_nodes=60)
     conv = GCNConv(8, 16)
-    x = torch.randn(60, 8, requires_grad=True)
+    x = torch.randn(60, 8, dtype=features, requires_grad=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         expected = conv(x, graph)  # also fills the Graph's caches
         got = torch.compile(conv, backend="aot_eager", fullgraph=True)(x, graph)
