@@ -1,8 +1,9 @@
-"""The hub threshold every family that splits long rows shares: rows above
-the ``quantile`` quantile of a structure's row degrees (and above
-MIN_HUB_DEGREE) are split into chunks over all SMs by the kernels; in a
-structure of at most SMALL_STRUCTURE_ENTRIES entries, every row above
-MIN_HUB_DEGREE."""
+"""What the kernels may assume about a structure's row lengths: the longest
+row, where it is known (own_degree_bound), and the hub threshold every
+family that splits long rows shares: rows above the ``quantile`` quantile
+of a structure's row degrees (and above MIN_HUB_DEGREE) are split into
+chunks over all SMs by the kernels; in a structure of at most
+SMALL_STRUCTURE_ENTRIES entries, every row above MIN_HUB_DEGREE."""
 from __future__ import annotations
 
 import math
@@ -11,7 +12,7 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ..graph import known_structure_state, structure_state
+from ..graph import StructureState, known_structure_state, structure_state
 
 DEFAULT_HUB_QUANTILE = 0.99
 #: Rows of at most this many entries are never split (PYGIO_MINMAX_MIN_HUB_DEGREE
@@ -29,6 +30,17 @@ SMALL_STRUCTURE_ENTRIES = 1 << 20
 # The threshold of small structures, an int64 zero on each device (the
 # kernels split above max(threshold, MIN_HUB_DEGREE)).
 _ZERO_DEGREE: Dict[torch.device, Tensor] = {}
+
+
+def own_degree_bound(rowptr: Tensor, state: Optional[StructureState] = None) -> int:
+    """The longest row the kernels of our own may assume for the structure
+    of ``rowptr`` (-1: not known yet). Where its state has none, a read of
+    it is started for the next call (StructureState.request_degree_bound)."""
+    state = state if state is not None else known_structure_state(rowptr)
+    bound = None if state is None else state.known_degree_bound()
+    if bound is None and state is not None:
+        state.request_degree_bound(rowptr)
+    return -1 if bound is None else bound
 
 
 def hub_degree(rowptr: Tensor, nnz: int, quantile: float) -> Tuple[Optional[Tensor], int]:

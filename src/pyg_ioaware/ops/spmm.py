@@ -44,7 +44,8 @@ from ..graph import entry_rows
 from . import checks, tuning
 from .bias_gradient import column_sums
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
-from .spmm_backends import FAMILY, OwnCsrBackend, SpmmCall, own_degree_bound, run_spmm
+from .hubs import own_degree_bound
+from .spmm_backends import FAMILY, OwnCsrBackend, SpmmCall, run_spmm
 
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)

@@ -37,9 +37,10 @@ import torch
 from torch import Tensor
 
 from .. import _native
-from ..graph import StructureState, entry_rows, known_structure_state, structure_state
+from ..graph import StructureState, entry_rows, structure_state
 from . import tuning
 from .dispatch import accumulator_dtype, native_ready
+from .hubs import own_degree_bound
 
 FAMILY = "spmm"
 
@@ -170,17 +171,6 @@ class OwnCsrBackend:
                          torch.are_deterministic_algorithms_enabled(),
                          own_degree_bound(call.rowptr, call.state))
         return out
-
-
-def own_degree_bound(rowptr: Tensor, state: Optional[StructureState] = None) -> int:
-    """The longest row the kernels of our own may assume for the structure
-    of ``rowptr`` (-1: not known yet). Where its state has none, a read of
-    it is started for the next call (StructureState.request_degree_bound)."""
-    state = state if state is not None else known_structure_state(rowptr)
-    bound = None if state is None else state.known_degree_bound()
-    if bound is None and state is not None:
-        state.request_degree_bound(rowptr)
-    return -1 if bound is None else bound
 
 
 class CusparsePlan:
