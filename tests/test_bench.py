@@ -376,11 +376,12 @@ def test_reduction_bytes_models_and_hub_split():
     from pyg_ioaware import Graph
     from pyg_ioaware.bench.cases import reduce
 
-    # fp32, D=64: forward reads a row per edge and writes a row per output (+ int32 arg);
-    # backward reads grad_out and arg per output element and writes grad_x.
-    assert reduce.forward_bytes(100, 10, 64, 4, False) == 110 * 64 * 4
-    assert reduce.forward_bytes(100, 10, 64, 4, True) == 110 * 64 * 4 + 10 * 64 * 4
-    assert reduce.backward_bytes(20, 10, 64, 2) == 10 * 64 * (2 + 4) + 20 * 64 * 2
+    # fp32, D=64: forward reads a row per edge and writes a row per output (+ the arg
+    # codes, 1 or 2 bytes); backward reads grad_out and arg per output element and
+    # writes grad_x.
+    assert reduce.forward_bytes(100, 10, 64, 4, 0) == 110 * 64 * 4
+    assert reduce.forward_bytes(100, 10, 64, 4, 1) == 110 * 64 * 4 + 10 * 64 * 1
+    assert reduce.backward_bytes(20, 10, 64, 2, 2) == 10 * 64 * (2 + 2) + 20 * 64 * 2
 
     # 1000 nodes: node 0 has 600 in-edges, every other node one. A structure this
     # small takes no quantile (degree 0), so the hub degree is MIN_HUB_DEGREE (256):
@@ -431,8 +432,9 @@ def test_cli_runs_the_reduction_cases(tmp_path, capsys):
     assert [(k["case"], k["precision"], k["kernel"]) for k in kernels] == expected
     for k in kernels:
         d, size = int(k["case"].split("=")[1]), 4 if k["precision"] == "fp32" else 2
-        model = {"fwd": (nnz + n) * d * size, "fwd + arg": (nnz + n) * d * size + n * d * 4,
-                 "bwd": n * d * (size + 4) + n * d * size}[k["kernel"][4:]]
+        arg = 1 if k["split"]["max_degree"] <= 254 else 2  # bytes of an arg code
+        model = {"fwd": (nnz + n) * d * size, "fwd + arg": (nnz + n) * d * size + n * d * arg,
+                 "bwd": n * d * (size + arg) + n * d * size}[k["kernel"][4:]]
         assert k["min_bytes"] == model
         assert k["status"] == "ok" and k["ms"] > 0 and k["gbs"] > 0
         split = k["split"]

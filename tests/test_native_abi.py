@@ -303,10 +303,6 @@ def test_own_spmm_checks_its_parameters():
         assert (size.value > 0) == needed, bound
 
 
-def _int32_at(address):
-    return ctypes.cast(address, ctypes.POINTER(ctypes.c_int32))
-
-
 def _int64_at(address):
     return ctypes.cast(address, ctypes.POINTER(ctypes.c_int64))
 
@@ -325,7 +321,7 @@ MINMAX_BACKWARD = dict(dtype=0, reduce=1, deterministic=0, width=4, x=16, x_row_
 def _minmax_params(backward: bool, fields: dict):
     fields = dict(fields)
     a = dict(MINMAX_CSR, **fields.pop("a", {}))
-    base = dict(MINMAX_BACKWARD if backward else MINMAX_FORWARD, arg=_int32_at(32))
+    base = dict(MINMAX_BACKWARD if backward else MINMAX_FORWARD, arg=32, arg_bytes=2)
     if backward:
         a_t = dict(num_rows=a["num_cols"], num_cols=a["num_rows"], nnz=a["nnz"], rowptr=16,
                    col=16, index_bits=a["index_bits"])
@@ -363,8 +359,10 @@ def test_own_minmax_checks_its_parameters():
         (dict(a=dict(rowptr=None, nnz=0)), "rowptr and out must not be NULL"),
         (dict(a=dict(rowptr=None)), "rowptr / col must not be NULL"),
         (dict(out_row_stride=3), "out row stride 3"),
-        (dict(arg=_int32_at(36)), "arg must be 16-byte aligned"),
-        (dict(arg=_int32_at(4)), "arg must be 16-byte aligned"),
+        (dict(arg=36), "arg must be 16-byte aligned"),
+        (dict(arg=4), "arg must be 16-byte aligned"),
+        (dict(arg_bytes=4), "arg_bytes must be 1 or 2"),
+        (dict(arg_bytes=0), "arg_bytes must be 1 or 2"),
         (hub, "needs a workspace"),
         (dict(hub, workspace=24), "workspace must be 16-byte aligned"),
         (dict(x=None), "x must not be NULL"),
@@ -443,8 +441,9 @@ def test_own_minmax_backward_checks_its_parameters():
         (dict(deterministic=1), "needs a workspace"),  # every element's share
         (hub, "needs a workspace"),                    # hub match counts
         (dict(dtype=2, workspace=8), "workspace must be 16-byte aligned"),
-        (dict(arg=_int32_at(36)), null_message),
+        (dict(arg=36), null_message),
         (dict(arg=None), null_message),
+        (dict(arg_bytes=3), "arg_bytes must be 1 or 2"),
         (dict(out=None), null_message),
         (dict(grad_out=None), null_message),
         (dict(a=dict(rowptr=None, nnz=0), a_t=dict(nnz=0)), null_message),

@@ -14,8 +14,9 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// An unsigned integer type of `bytes` bytes (2, 4, 8 or 16).
+// An unsigned integer type of `bytes` bytes (1, 2, 4, 8 or 16).
 template <int bytes> struct RawBits;
+template <> struct RawBits<1> { using type = unsigned char; };
 template <> struct RawBits<2> { using type = unsigned short; };
 template <> struct RawBits<4> { using type = unsigned; };
 template <> struct RawBits<8> { using type = uint2; };

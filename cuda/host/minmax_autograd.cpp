@@ -2,9 +2,10 @@
 // on a small graph, where ops.minmax.MinMaxFunction's Python forward and
 // backward bodies cost more than the kernels.
 //
-//   forward:  out, arg = pygio_minmax over the CSR (arg: int32, each
-//             element's winner or the mark of an element the backward
-//             walks); saves x, out and arg, no edge tensor
+//   forward:  out, arg = pygio_minmax over the CSR (arg: a code of
+//             arg_bytes bytes an element, the winner's position in its row
+//             or the mark of an element the backward walks); saves x, out
+//             and arg, no edge tensor
 //   backward: grad_x = pygio_minmax_backward through arg (atomics), or,
 //             with torch's deterministic algorithms on, over the CSR^T
 //             (the graph's, from Python, the only thing asked of it)
@@ -42,10 +43,11 @@ class MinMaxFunction : public torch::autograd::Function<MinMaxFunction> {
                         const Tensor& col, int64_t reduce,
                         const c10::optional<Tensor>& hub_degree, int64_t max_hubs,
                         const c10::optional<Tensor>& backward_hub_degree,
-                        int64_t backward_max_hubs, const py::object& graph) {
+                        int64_t backward_max_hubs, int64_t arg_bytes, const py::object& graph) {
     const int64_t rows = rowptr.numel() - 1, width = x.size(1);
     Tensor out = torch::empty({rows, width}, x.options());
-    Tensor arg = torch::empty({rows, width}, x.options().dtype(torch::kInt));
+    Tensor arg = torch::empty({rows, width},
+                              x.options().dtype(arg_bytes == 1 ? torch::kByte : torch::kShort));
     if (rows > 0 && width > 0)
       minmax(rowptr, col, x, reduce, hub_degree.value_or(Tensor()), max_hubs, out, arg);
     ctx->save_for_backward(
@@ -56,7 +58,7 @@ class MinMaxFunction : public torch::autograd::Function<MinMaxFunction> {
     return out;
   }
 
-  // One gradient per forward argument: x's, then none for the other eight.
+  // One gradient per forward argument: x's, then none for the other nine.
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &out = saved[1], &arg = saved[2], &rowptr = saved[3],
@@ -68,7 +70,7 @@ class MinMaxFunction : public torch::autograd::Function<MinMaxFunction> {
       rowptr_t = transpose.attr("rowptr").cast<Tensor>();
       col_t = transpose.attr("col").cast<Tensor>();
     }
-    variable_list result(9);
+    variable_list result(10);
     {
       torch::NoGradGuard no_grad;  // once differentiable: nothing recorded here
       Tensor grad_x = torch::empty(x.sizes(), x.options());
@@ -86,7 +88,7 @@ class MinMaxFunction : public torch::autograd::Function<MinMaxFunction> {
 Tensor minmax_autograd(const Tensor& x, const Tensor& rowptr, const Tensor& col,
                        int64_t reduce, const c10::optional<Tensor>& hub_degree,
                        int64_t max_hubs, const c10::optional<Tensor>& backward_hub_degree,
-                       int64_t backward_max_hubs, const py::object& graph) {
+                       int64_t backward_max_hubs, int64_t arg_bytes, const py::object& graph) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   TORCH_CHECK(native.minmax != nullptr, "pyg_ioaware host extension: set_native first");
   TORCH_CHECK(x.is_cuda() && x.dim() == 2 && readable_rows(x),
@@ -94,8 +96,10 @@ Tensor minmax_autograd(const Tensor& x, const Tensor& rowptr, const Tensor& col,
               "and rows that do not overlap");
   TORCH_CHECK(rowptr.scalar_type() == col.scalar_type(),
               "pyg_ioaware host extension: rowptr and col must share one index dtype");
+  TORCH_CHECK(arg_bytes == 1 || arg_bytes == 2,
+              "pyg_ioaware host extension: arg_bytes must be 1 or 2");
   return MinMaxFunction::apply(x, rowptr, col, reduce, hub_degree, max_hubs,
-                               backward_hub_degree, backward_max_hubs, graph);
+                               backward_hub_degree, backward_max_hubs, arg_bytes, graph);
 }
 
 }  // namespace pygio_host

@@ -20,7 +20,8 @@ void minmax(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::
   p.max_hubs = max_hubs;
   p.out = out.data_ptr();
   p.out_row_stride = row_stride(out);
-  p.arg = static_cast<int32_t*>(data_or_null(arg));
+  p.arg = data_or_null(arg);
+  p.arg_bytes = arg.defined() ? static_cast<int32_t>(arg.element_size()) : 0;
   p.stream = current_stream(x);
   launch_with_workspace(native.minmax_workspace_size, native.minmax, p, x, "pygio_minmax");
 }
@@ -47,7 +48,8 @@ void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
   p.x_row_stride = row_stride(x);
   p.out = out.data_ptr();
   p.out_row_stride = row_stride(out);
-  p.arg = static_cast<const int32_t*>(arg.data_ptr());
+  p.arg = arg.data_ptr();
+  p.arg_bytes = static_cast<int32_t>(arg.element_size());
   p.grad_out = grad_out.data_ptr();
   p.grad_out_row_stride = row_stride(grad_out);
   p.grad_x = grad_x.data_ptr();

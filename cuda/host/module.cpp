@@ -24,7 +24,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 10;
+  m.attr("HOST_API_VERSION") = 11;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -96,7 +96,8 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.def("minmax_aggregate", &minmax_autograd,
         "neighbour min / max with its backward in C++", py::arg("x"), py::arg("rowptr"),
         py::arg("col"), py::arg("reduce"), py::arg("hub_degree"), py::arg("max_hubs"),
-        py::arg("backward_hub_degree"), py::arg("backward_max_hubs"), py::arg("graph"));
+        py::arg("backward_hub_degree"), py::arg("backward_max_hubs"), py::arg("arg_bytes"),
+        py::arg("graph"));
   m.def("transformer_attention", &transformer_autograd,
         "graph-transformer attention [out, lse] with its backward in C++", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("packed"), py::arg("edge"), py::arg("structure"),

@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 6
+#define PYGIO_ABI_VERSION 7
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -256,27 +256,31 @@ PYGIO_API int pygio_spmm_csr(const pygio_spmm_csr_params* params);
  * row r of x[col[e], f]: rows of A are destinations, col holds sources, x
  * has a.num_cols rows. Values are ordered by a 32-bit rank of their fp32
  * widening: -0.0 and +0.0 are equal, NaN wins over every number (min and
- * max propagate NaN), ties go to the smaller source index. out takes the
- * winner's value (0 for a row with no entries) in dtype; a zero result is
- * +0.0 and a NaN result the canonical NaN.
+ * max propagate NaN). out takes the winner's value (0 for a row with no
+ * entries) in dtype; a zero result is +0.0 and a NaN result the canonical
+ * NaN.
  *
  * arg (optional) records, per element, how the backward distributes
  * dL/dout[r, f] (PyG's rule, torch.scatter_reduce's with include_self =
  * false on a zero-filled output: an even split among the sources equal to
  * the result, counting the zero fill as one more where the result is 0;
- * NaN to every source of a NaN result):
- *   arg >= 0           the whole gradient goes to source arg;
- *   PYGIO_ARG_EMPTY    the row has no entries;
- *   any other negative ~winner: a tie, a zero or a NaN result, resolved
- *                      in backward by walking the row.
- * Sources are int32: a.num_cols must be below 2^31 where arg is written.
+ * NaN to every source of a NaN result), as one unsigned code of arg_bytes
+ * (1 or 2) bytes, W = 2^(8 arg_bytes) - 2:
+ *   code < W    the whole gradient goes to the source of entry
+ *               rowptr[r] + code (the row's one entry equal to the result);
+ *   code == W   walk the row in backward: a tie, a zero or a NaN result,
+ *               or a winner beyond the W-th entry of its row (the walk
+ *               finds it again: always right, only slower);
+ *   code == W+1 the row has no entries.
+ * One byte suits rows of at most W = 254 entries, two bytes W = 65534.
+ * Sources are int32: a.num_cols must be below 2^31.
  *
  * Rows of more than max(*hub_degree, PYGIO_MINMAX_MIN_HUB_DEGREE) entries
  * (at most max_hubs of them; any more are done whole) are split into
  * chunks over all SMs and merged with one 64-bit atomicMax per element on
- * (rank, ~source, tie bit); the result does not depend on the order.
+ * (rank, ~position in the row, tie bit); the result does not depend on
+ * the order.
  */
-#define PYGIO_ARG_EMPTY INT32_MIN
 #define PYGIO_MINMAX_MIN_HUB_DEGREE 256
 
 typedef struct {
@@ -292,7 +296,8 @@ typedef struct {
   int64_t max_hubs;        /* hub slots of the workspace (0 with hub_degree NULL) */
   void* out;
   int64_t out_row_stride;  /* >= width */
-  int32_t* arg;            /* [num_rows, width], contiguous, or NULL */
+  void* arg;               /* [num_rows, width] codes, contiguous, 16-byte aligned, or NULL */
+  int32_t arg_bytes;       /* bytes of one arg code: 1 or 2 (ignored where arg is NULL) */
   void* workspace;         /* pygio_minmax_workspace_size bytes, 16-byte aligned */
   void* stream;
 } pygio_minmax_params;
@@ -310,8 +315,8 @@ PYGIO_API int pygio_minmax(const pygio_minmax_params* params);
  * forward) walk in chunks over all SMs. deterministic = 1: every grad_x
  * element summed in one thread in CSR^T order (a_t: rows = sources, col =
  * destinations, the transpose of a), no atomics. grad_x (num_cols rows) is
- * fully overwritten. arg entries that name no source of the graph are
- * ignored (arg must be the forward's).
+ * fully overwritten. An arg code beyond its row's entries is ignored (arg
+ * must be the forward's).
  */
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_minmax_backward_params) */
@@ -328,7 +333,8 @@ typedef struct {
   int64_t x_row_stride;
   const void* out;
   int64_t out_row_stride;
-  const int32_t* arg;      /* [num_rows, width], contiguous */
+  const void* arg;         /* [num_rows, width] codes, contiguous, 16-byte aligned */
+  int32_t arg_bytes;       /* 1 or 2, as in the forward */
   const void* grad_out;
   int64_t grad_out_row_stride;
   void* grad_x;

@@ -31,12 +31,14 @@
 
 namespace pygio {
 
-// The winner words of entries [begin, end) for the piece `piece` of this
-// lane, merged over the warp's sub-groups (valid in sub-group 0). Every
-// lane of the warp calls it with the same arguments but `lane` and `piece`.
+// The winner words of entries [begin, end) of the row starting at entry
+// row_begin for the piece `piece` of this lane, merged over the warp's
+// sub-groups (valid in sub-group 0). Every lane of the warp calls it with
+// the same arguments but `lane` and `piece`.
 template <typename Traits>
 __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpLayout layout,
                                              int lane, int64_t piece, int64_t begin, int64_t end,
+                                             int64_t row_begin,
                                              typename Traits::Word::type (&best)[Traits::kVec]) {
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
@@ -65,13 +67,14 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
     load_sources(col, e0 + stride * U, last, stride, next);
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (src[u] >= 0 && active)
+      if (src[u] >= 0 && active) {
+        const int32_t position = position_in_row(e0 + stride * u, row_begin);
 #pragma unroll
         for (int i = 0; i < V; ++i) {
           const auto v = DTypeTraits<scalar_t>::load(packs[u].v[i]);
-          best[i] = Word::merge(best[i], Word::make(rank_of<Traits::kMax>(v),
-                                                    static_cast<int32_t>(src[u])));
+          best[i] = Word::merge(best[i], Word::make(rank_of<Traits::kMax>(v), position));
         }
+      }
 #pragma unroll
     for (int u = 0; u < U; ++u) src[u] = next[u];
   }
@@ -80,41 +83,18 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
     for (int i = 0; i < V; ++i) best[i] = Word::merge(best[i], Word::shfl_xor(best[i], offset));
 }
 
-// The output value and arg code of a winner word (0 and ARG_EMPTY for none).
+// The output value and decoded arg code of a winner word (0 and
+// kCodeEmpty for none), for codes of `bytes` bytes.
 template <typename Traits>
-__device__ __forceinline__ void winner_result(typename Traits::Word::type w,
+__device__ __forceinline__ void winner_result(typename Traits::Word::type w, int bytes,
                                               typename Traits::acc_t* value, int32_t* code) {
   using Word = typename Traits::Word;
   if (Word::rank(w) == 0) {
-    *value = 0, *code = PYGIO_ARG_EMPTY;
+    *value = 0, *code = kCodeEmpty;
     return;
   }
   *value = value_of_rank<Traits::kMax>(Word::rank(w));
-  *code = arg_code(Word::source(w), Word::tied(w), *value);
-}
-
-// V arg codes at p, moved in loads / stores of up to 16 bytes (p aligned
-// to 4 * V bytes, or 16 where V > 4).
-template <int V>
-__device__ __forceinline__ void store_codes(int32_t* __restrict__ p, const int32_t (&codes)[V]) {
-  constexpr int kStep = V < 4 ? V : 4;
-#pragma unroll
-  for (int c = 0; c < V; c += kStep) {
-    Pack<int32_t, kStep> pack;
-#pragma unroll
-    for (int i = 0; i < kStep; ++i) pack.v[i] = codes[c + i];
-    *reinterpret_cast<Pack<int32_t, kStep>*>(p + c) = pack;
-  }
-}
-template <int V>
-__device__ __forceinline__ void load_codes(const int32_t* __restrict__ p, int32_t (&codes)[V]) {
-  constexpr int kStep = V < 4 ? V : 4;
-#pragma unroll
-  for (int c = 0; c < V; c += kStep) {
-    const Pack<int32_t, kStep> pack = load_pack<kStep>(p + c);
-#pragma unroll
-    for (int i = 0; i < kStep; ++i) codes[c + i] = pack.v[i];
-  }
+  *code = arg_code(Word::position(w), Word::tied(w), *value, bytes);
 }
 
 template <typename Traits>
@@ -145,14 +125,15 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
       typename Traits::Word::type best[V];
-      warp_winners<Traits>(p, layout, lane, piece, begin, end, best);
+      warp_winners<Traits>(p, layout, lane, piece, begin, end, begin, best);
       if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
       acc_t values[V];
       int32_t codes[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i) winner_result<Traits>(best[i], &values[i], &codes[i]);
+      for (int i = 0; i < V; ++i)
+        winner_result<Traits>(best[i], p.arg_bytes, &values[i], &codes[i]);
       store_pack<V>(out + row * p.out_row_stride + piece * V, values);
-      if (p.arg != nullptr) store_codes<V>(p.arg + row * p.width + piece * V, codes);
+      if (p.arg != nullptr) store_codes<V>(p.arg, p.arg_bytes, row * p.width + piece * V, codes);
     }
   }
 }
@@ -187,10 +168,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     int64_t begin = 0, end = 0;
     const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kMinMaxHubChunk,
                                          &begin, &end);
+    const int64_t row_begin = rowptr[hubs.list.hubs[slot].row];
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
       unsigned long long best[V];
-      warp_winners<Traits>(p, layout, lane, piece, begin, end, best);
+      warp_winners<Traits>(p, layout, lane, piece, begin, end, row_begin, best);
       if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
@@ -219,9 +201,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     const int64_t row = hubs.list.hubs[slot].row;
     acc_t value;
     int32_t code;
-    winner_result<Traits>(hubs.words[i], &value, &code);
+    winner_result<Traits>(hubs.words[i], p.arg_bytes, &value, &code);
     out[row * p.out_row_stride + f] = DTypeTraits<scalar_t>::store(value);
-    if (p.arg != nullptr) p.arg[row * p.width + f] = code;
+    if (p.arg != nullptr) store_code(p.arg, p.arg_bytes, row * p.width + f, code);
   }
 }
 
@@ -257,13 +239,10 @@ __device__ __forceinline__ void walk_row(const pygio_minmax_backward_params& p, 
     if (equal(e)) visit(static_cast<int64_t>(col[e]), share);
 }
 
-// Whether an arg code sends its element's gradient through a walk of the row.
-__device__ __forceinline__ bool walks(int32_t code) {
-  return code < 0 && code != PYGIO_ARG_EMPTY;
-}
-
-// One piece of a row for the backward: per feature the arg code, the
-// gradient, whether it walks, and (where any does) the forward's result.
+// One piece of a row for the backward: per feature the decoded arg code
+// (after resolve_winners, a plain winner's source in place of its
+// position), the gradient, whether it walks, and (where any does) the
+// forward's result.
 template <typename Traits>
 struct GradPiece {
   int32_t code[Traits::kVec];
@@ -278,15 +257,15 @@ struct GradPiece {
     constexpr int V = Traits::kVec;
     any_walk = false;
 #pragma unroll
-    for (int i = 0; i < V; ++i) code[i] = PYGIO_ARG_EMPTY, walk[i] = false;
+    for (int i = 0; i < V; ++i) code[i] = kCodeEmpty, walk[i] = false;
     if (!active) return;
-    load_codes<V>(p.arg + row * p.width + piece * V, code);
+    load_codes<V>(p.arg, p.arg_bytes, row * p.width + piece * V, code);
     const Pack<scalar_t, V> g = load_pack<V>(static_cast<const scalar_t*>(p.grad_out) +
                                              row * p.grad_out_row_stride + piece * V);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       grad[i] = DTypeTraits<scalar_t>::load(g.v[i]);
-      walk[i] = walks(code[i]);
+      walk[i] = code[i] == kCodeWalk;
       any_walk = any_walk || walk[i];
     }
     if (!any_walk) return;
@@ -294,6 +273,19 @@ struct GradPiece {
                                              row * p.out_row_stride + piece * V);
 #pragma unroll
     for (int i = 0; i < V; ++i) result[i] = DTypeTraits<scalar_t>::load(r.v[i]);
+  }
+
+  // Each plain winner's position -> its source, col[begin + position] for
+  // the row's entries [begin, end) (kCodeEmpty for a position past them):
+  // the V loads in flight together, before the gradients are added.
+  __device__ __forceinline__ void resolve_winners(const pygio_minmax_backward_params& p,
+                                                  int64_t begin, int64_t end) {
+    using index_t = typename Traits::index_t;
+    const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
+#pragma unroll
+    for (int i = 0; i < Traits::kVec; ++i)
+      if (code[i] >= 0)
+        code[i] = code[i] < end - begin ? static_cast<int32_t>(col[begin + code[i]]) : kCodeEmpty;
   }
 
   // The gradient every matching entry gets, given the matches counted.
@@ -375,7 +367,7 @@ __device__ __forceinline__ void add_walk_shares(const pygio_minmax_backward_para
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
   acc_t matches[V];
-  int32_t first[V], second[V];  // sources fit int32: arg codes hold them
+  int32_t first[V], second[V];  // sources fit int32 (pyg_ioaware.h)
 #pragma unroll
   for (int i = 0; i < V; ++i) matches[i] = 0, first[i] = second[i] = -1;
   for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
@@ -412,9 +404,10 @@ struct GradHubs {
   acc_t* matches;  // [list.capacity, width], zeroed
 };
 
-// acc[code, f] += the gradient of every plain winner among the features
-// of the pass at piece `base` (sub-group 0's pieces: features [base * V,
-// (base + lanes) * V)), consecutive lanes adding consecutive features:
+// acc[source, f] += the gradient of every plain winner (resolved to its
+// source) among the features of the pass at piece `base` (sub-group 0's
+// pieces: features [base * V, (base + lanes) * V)), consecutive lanes
+// adding consecutive features:
 // lane k takes feature k of the pass from the lane holding it (V shuffles
 // a value, one kept). Where lanes added their own pieces, a warp's atomic
 // instruction landed on as many 32-byte sectors as lanes, a piece apart;
@@ -431,7 +424,7 @@ __device__ __forceinline__ void add_winner_gradients(const pygio_minmax_backward
                                                      int64_t acc_stride) {
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
-  bool any_winner = false;  // an inactive piece's codes are PYGIO_ARG_EMPTY
+  bool any_winner = false;  // an inactive piece's codes are kCodeEmpty
 #pragma unroll
   for (int i = 0; i < V; ++i) any_winner = any_winner || g.code[i] >= 0;
   if (!__any_sync(0xffffffffu, any_winner)) return;  // isolated rows, only ties
@@ -440,7 +433,7 @@ __device__ __forceinline__ void add_winner_gradients(const pygio_minmax_backward
   for (int k0 = 0; k0 < features; k0 += kWarpSize) {
     const int k = k0 + lane;
     const int holder = k < features ? k / V : 0;
-    int32_t code = PYGIO_ARG_EMPTY;
+    int32_t code = kCodeEmpty;
     acc_t grad = 0;
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -448,8 +441,8 @@ __device__ __forceinline__ void add_winner_gradients(const pygio_minmax_backward
       const acc_t v = __shfl_sync(0xffffffffu, g.grad[i], holder);
       if (i == k % V) code = c, grad = v;
     }
-    if (k < features && code >= 0 && code < p.a.num_cols)
-      atomicAdd(at + code * acc_stride + k, grad);
+    if (k < features && code >= 0)
+      atomicAdd(at + static_cast<int64_t>(code) * acc_stride + k, grad);
   }
 }
 
@@ -481,7 +474,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     bool hub = false;
     if (hub_degree >= 0 && end - begin > hub_degree) {
       bool any = false;
-      for (int64_t f = lane; f < p.width; f += kWarpSize) any = any || walks(p.arg[row * p.width + f]);
+      for (int64_t f = lane; f < p.width; f += kWarpSize)
+        any = any || load_code(p.arg, p.arg_bytes, row * p.width + f) == kCodeWalk;
       hub = __any_sync(0xffffffffu, any) &&
             register_hub(hubs.list, row, end - begin, kMinMaxHubChunk, lane);
     }
@@ -490,6 +484,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       const bool active = piece < pieces;
       GradPiece<Traits> g;
       g.load(p, row, piece, active);
+      g.resolve_winners(p, begin, end);
       add_winner_gradients<Traits>(p, layout, lane, base, g, acc, acc_stride);
       if (hub || !__any_sync(0xffffffffu, g.any_walk)) continue;
       add_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, acc, acc_stride);
@@ -585,12 +580,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / p.width, f = i - r * p.width;
-    const int32_t code = p.arg[i];
+    const int32_t code = load_code(p.arg, p.arg_bytes, i);
     const acc_t g = DTypeTraits<scalar_t>::load(grad_out[r * p.grad_out_row_stride + f]);
     acc_t value = acc_t(0);
     if (code >= 0) {
       value = g;
-    } else if (code != PYGIO_ARG_EMPTY) {
+    } else if (code == kCodeWalk) {
       bool first = true;  // every taking source gets the same share: keep the first
       walk_row<Traits>(p, r, f, g, [&](int64_t, acc_t s) {
         if (first) value = s, first = false;
@@ -601,7 +596,10 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 }
 
 // grad_x[u, f] = sum over the CSR^T entries (u -> v) of share[v, f] where
-// source u takes a share of element (v, f); a warp per source row.
+// source u takes a share of element (v, f): x[u, f] equals the result, or
+// the result is NaN (a plain winner is its row's one entry equal to the
+// result, so the value names it as it names a walk's matches; arg is not
+// read: share already holds its rule); a warp per source row.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_gather_grad_kernel(const __grid_constant__ pygio_minmax_backward_params p,
@@ -621,17 +619,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
        u < p.a_t.num_rows; u += warps) {
     const int64_t begin = rowptr_t[u], end = rowptr_t[u + 1];
     for (int64_t f = lane; f < p.width; f += kWarpSize) {
+      const acc_t value = DTypeTraits<scalar_t>::load(x[u * p.x_row_stride + f]);
       acc_t sum = acc_t(0);
       for (int64_t e = begin; e < end; ++e) {
         const int64_t v = col_t[e];
-        const int32_t code = p.arg[v * p.width + f];
-        bool takes = code == u;
-        if (code < 0 && code != PYGIO_ARG_EMPTY) {
-          const acc_t result = DTypeTraits<scalar_t>::load(out[v * p.out_row_stride + f]);
-          takes = result != result ||
-                  same_value(DTypeTraits<scalar_t>::load(x[u * p.x_row_stride + f]), result);
-        }
-        if (takes) sum += share[v * p.width + f];
+        const acc_t result = DTypeTraits<scalar_t>::load(out[v * p.out_row_stride + f]);
+        if (result != result || same_value(value, result)) sum += share[v * p.width + f];
       }
       grad_x[u * p.grad_x_row_stride + f] = DTypeTraits<scalar_t>::store(sum);
     }

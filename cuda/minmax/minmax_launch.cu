@@ -219,6 +219,8 @@ int check_forward(const pygio_minmax_params& p, const char* entry) {
                   entry_message(entry, "rowptr and out must not be NULL"));
   PYGIO_TRY(check_row_stride(p.out_row_stride, p.width, "out", entry));
   PYGIO_CHECK_ARG(aligned(p.arg, kAlign), entry_message(entry, "arg must be 16-byte aligned"));
+  PYGIO_CHECK_ARG(p.arg == nullptr || p.arg_bytes == 1 || p.arg_bytes == 2,
+                  entry_message(entry, "arg_bytes must be 1 or 2"));
   PYGIO_CHECK_ARG(forward_workspace_bytes(p) == 0 || p.workspace != nullptr,
                   entry_message(entry, "this call needs a workspace"));
   PYGIO_CHECK_ARG(aligned(p.workspace, kAlign),
@@ -251,6 +253,8 @@ int check_backward(const pygio_minmax_backward_params& p, const char* entry) {
                       p.out != nullptr && aligned(p.arg, kAlign),
                   entry_message(entry, "rowptr, out, arg and grad_out must not be NULL, arg "
                                        "16-byte aligned"));
+  PYGIO_CHECK_ARG(p.arg_bytes == 1 || p.arg_bytes == 2,
+                  entry_message(entry, "arg_bytes must be 1 or 2"));
   PYGIO_TRY(check_row_stride(p.out_row_stride, p.width, "out", entry));
   PYGIO_TRY(check_row_stride(p.grad_out_row_stride, p.width, "grad_out", entry));
   PYGIO_CHECK_ARG(p.deterministic == 0 || p.a_t.rowptr != nullptr,

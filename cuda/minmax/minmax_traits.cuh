@@ -1,7 +1,8 @@
 // Compile-time shape of the neighbour min / max kernels and the value
 // order they share: a rank where larger wins, and the winner word (rank,
-// smaller source, tie bit) that rows merge in registers and hub chunks with
-// a 64-bit atomicMax.
+// smaller position in the row, tie bit) that rows merge in registers and
+// hub chunks with a 64-bit atomicMax; the arg codes the forward leaves for
+// the backward.
 #pragma once
 
 #include <stdint.h>
@@ -57,8 +58,9 @@ __device__ __forceinline__ double value_of_rank(uint64_t rank) {
 }
 
 // One element's winner so far as a word that orders like (rank, smaller
-// source) and carries a tie bit: merge keeps the larger word and sets the
-// tie bit where the ranks are equal, whatever the order of merging. The
+// position in the row) and carries a tie bit: merge keeps the larger word
+// and sets the tie bit where the ranks are equal, whatever the order of
+// merging. The
 // all-zero word (rank 0) means no entry yet. For 32-bit ranks it is the
 // 64-bit word the hub chunks merge with atomicMax.
 template <typename rank_t>
@@ -66,13 +68,13 @@ struct WinnerWord;
 
 template <>
 struct WinnerWord<uint32_t> {
-  using type = unsigned long long;  // rank << 32 | (~source & 0x7fffffff) << 1 | tie bit
+  using type = unsigned long long;  // rank << 32 | (~position & 0x7fffffff) << 1 | tie bit
   static __device__ __forceinline__ type none() { return 0; }
-  static __device__ __forceinline__ type make(uint32_t rank, int32_t source) {
-    return static_cast<type>(rank) << 32 | (static_cast<uint32_t>(~source) & 0x7fffffffu) << 1;
+  static __device__ __forceinline__ type make(uint32_t rank, int32_t position) {
+    return static_cast<type>(rank) << 32 | (static_cast<uint32_t>(~position) & 0x7fffffffu) << 1;
   }
   static __device__ __forceinline__ uint32_t rank(type w) { return static_cast<uint32_t>(w >> 32); }
-  static __device__ __forceinline__ int32_t source(type w) {
+  static __device__ __forceinline__ int32_t position(type w) {
     return static_cast<int32_t>(~(static_cast<uint32_t>(w) >> 1) & 0x7fffffffu);
   }
   static __device__ __forceinline__ bool tied(type w) { return (w & 1ull) != 0; }
@@ -88,14 +90,14 @@ template <>
 struct WinnerWord<uint64_t> {
   struct type {
     uint64_t rank;
-    uint32_t low;  // (~source & 0x7fffffff) << 1 | tie bit, as above
+    uint32_t low;  // (~position & 0x7fffffff) << 1 | tie bit, as above
   };
   static __device__ __forceinline__ type none() { return type{0, 0}; }
-  static __device__ __forceinline__ type make(uint64_t rank, int32_t source) {
-    return type{rank, (static_cast<uint32_t>(~source) & 0x7fffffffu) << 1};
+  static __device__ __forceinline__ type make(uint64_t rank, int32_t position) {
+    return type{rank, (static_cast<uint32_t>(~position) & 0x7fffffffu) << 1};
   }
   static __device__ __forceinline__ uint64_t rank(type w) { return w.rank; }
-  static __device__ __forceinline__ int32_t source(type w) {
+  static __device__ __forceinline__ int32_t position(type w) {
     return static_cast<int32_t>(~(w.low >> 1) & 0x7fffffffu);
   }
   static __device__ __forceinline__ bool tied(type w) { return (w.low & 1u) != 0; }
@@ -148,12 +150,89 @@ __device__ __forceinline__ bool same_value(acc_t a, acc_t b) {
   return a == b || (a != a && b != b);
 }
 
-// The arg code of a winner: plain where the whole gradient goes to it, else
-// ~source (a tie, a zero or a NaN result: resolved in backward).
+// Entry e's position in the row whose first entry is row_begin, as the 31
+// bits a winner word holds (saturated: such a position walks anyway).
+template <typename offset_t>
+__device__ __forceinline__ int32_t position_in_row(offset_t e, int64_t row_begin) {
+  if constexpr (sizeof(offset_t) == 4) {
+    return static_cast<int32_t>(e - static_cast<offset_t>(row_begin));
+  } else {
+    const int64_t position = static_cast<int64_t>(e) - row_begin;
+    return position < INT32_MAX ? static_cast<int32_t>(position) : INT32_MAX;
+  }
+}
+
+// Arg codes (pyg_ioaware.h), decoded into int32 registers: a position in
+// the row (the one entry that takes the whole gradient), kCodeWalk (the
+// backward walks the row) or kCodeEmpty (a row without entries). Stored as
+// unsigned codes of arg_bytes (1 or 2) bytes: the position below W =
+// 2^(8 arg_bytes) - 2, W for a walk, W + 1 for an empty row.
+constexpr int32_t kCodeWalk = -1;
+constexpr int32_t kCodeEmpty = -2;
+
+// W of codes of `bytes` bytes: the stored walk code, one above the last
+// position a code holds.
+__device__ __forceinline__ uint32_t walk_code(int bytes) { return bytes == 1 ? 0xfeu : 0xfffeu; }
+
+// The decoded code of a winner: its position where the whole gradient goes
+// to it, else kCodeWalk (a tie, a zero or a NaN result, or a position the
+// stored code cannot hold: resolved in backward by walking the row).
 template <typename acc_t>
-__device__ __forceinline__ int32_t arg_code(int32_t source, bool tied, acc_t value) {
-  const bool walk = tied || value == acc_t(0) || value != value;
-  return walk ? ~source : source;
+__device__ __forceinline__ int32_t arg_code(int32_t position, bool tied, acc_t value,
+                                            int bytes) {
+  const bool walk = tied || value == acc_t(0) || value != value ||
+                    static_cast<uint32_t>(position) >= walk_code(bytes);
+  return walk ? kCodeWalk : position;
+}
+
+// A decoded code <-> its stored form, for codes whose walk code is `walk`.
+__device__ __forceinline__ uint32_t encode_code(int32_t code, uint32_t walk) {
+  return code >= 0 ? static_cast<uint32_t>(code) : code == kCodeWalk ? walk : walk + 1;
+}
+__device__ __forceinline__ int32_t decode_code(uint32_t stored, uint32_t walk) {
+  return stored < walk ? static_cast<int32_t>(stored) : stored == walk ? kCodeWalk : kCodeEmpty;
+}
+
+// codes[0, V) <-> the V stored codes of arg (`bytes` bytes each) from
+// element `index` on, in one load / store (index a multiple of V, arg
+// 16-byte aligned).
+template <typename code_t, int V>
+__device__ __forceinline__ void store_codes_as(void* arg, int64_t index,
+                                               const int32_t (&codes)[V]) {
+  const uint32_t walk = walk_code(sizeof(code_t));
+  Pack<code_t, V> pack;
+#pragma unroll
+  for (int i = 0; i < V; ++i) pack.v[i] = static_cast<code_t>(encode_code(codes[i], walk));
+  *reinterpret_cast<Pack<code_t, V>*>(static_cast<code_t*>(arg) + index) = pack;
+}
+template <int V>
+__device__ __forceinline__ void store_codes(void* arg, int bytes, int64_t index,
+                                            const int32_t (&codes)[V]) {
+  if (bytes == 1) store_codes_as<uint8_t, V>(arg, index, codes);
+  else store_codes_as<uint16_t, V>(arg, index, codes);
+}
+template <typename code_t, int V>
+__device__ __forceinline__ void load_codes_as(const void* arg, int64_t index,
+                                              int32_t (&codes)[V]) {
+  const uint32_t walk = walk_code(sizeof(code_t));
+  const Pack<code_t, V> pack = load_pack<V>(static_cast<const code_t*>(arg) + index);
+#pragma unroll
+  for (int i = 0; i < V; ++i) codes[i] = decode_code(pack.v[i], walk);
+}
+template <int V>
+__device__ __forceinline__ void load_codes(const void* arg, int bytes, int64_t index,
+                                           int32_t (&codes)[V]) {
+  if (bytes == 1) load_codes_as<uint8_t, V>(arg, index, codes);
+  else load_codes_as<uint16_t, V>(arg, index, codes);
+}
+__device__ __forceinline__ int32_t load_code(const void* arg, int bytes, int64_t index) {
+  int32_t code[1];
+  load_codes<1>(arg, bytes, index, code);
+  return code[0];
+}
+__device__ __forceinline__ void store_code(void* arg, int bytes, int64_t index, int32_t code) {
+  const int32_t codes[1] = {code};
+  store_codes<1>(arg, bytes, index, codes);
 }
 
 // The forward's hub workspace: the hub list and one merge word per hub

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 6
+ABI_VERSION = 7
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -146,7 +146,8 @@ class MinmaxParams(ctypes.Structure):
         ("max_hubs", ctypes.c_int64),
         ("out", ctypes.c_void_p),
         ("out_row_stride", ctypes.c_int64),
-        ("arg", ctypes.POINTER(ctypes.c_int32)),
+        ("arg", ctypes.c_void_p),
+        ("arg_bytes", ctypes.c_int32),
         ("workspace", ctypes.c_void_p),
         ("stream", ctypes.c_void_p),
     ]
@@ -170,7 +171,8 @@ class MinmaxBackwardParams(ctypes.Structure):
         ("x_row_stride", ctypes.c_int64),
         ("out", ctypes.c_void_p),
         ("out_row_stride", ctypes.c_int64),
-        ("arg", ctypes.POINTER(ctypes.c_int32)),
+        ("arg", ctypes.c_void_p),
+        ("arg_bytes", ctypes.c_int32),
         ("grad_out", ctypes.c_void_p),
         ("grad_out_row_stride", ctypes.c_int64),
         ("grad_x", ctypes.c_void_p),
@@ -852,11 +854,6 @@ def _int64_pointer(tensor: Optional[Tensor]):
                                                    ctypes.POINTER(ctypes.c_int64))
 
 
-def _int32_pointer(tensor: Optional[Tensor]):
-    return None if tensor is None else ctypes.cast(tensor.data_ptr(),
-                                                   ctypes.POINTER(ctypes.c_int32))
-
-
 REDUCE_CODES = {"min": 0, "max": 1}
 
 
@@ -873,7 +870,8 @@ def minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
     """Enqueues out (and arg) = the neighbour min / max of x over the CSR
     (rowptr, col) on torch's current stream (contract: pygio_minmax in
     pyg_ioaware.h): ``hub_degree`` an int64 device scalar (or None: no
-    split) with at most ``max_hubs`` rows above it; arg int32 contiguous."""
+    split) with at most ``max_hubs`` rows above it; arg (uint8 or int16
+    codes, contiguous) or None."""
     host = _native_host.active()
     if host is not None:
         _check_launch(rowptr, col, (x, "x"), (out, "out"))
@@ -887,7 +885,8 @@ def minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
                           x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
                           hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
                           out=out.data_ptr(), out_row_stride=_row_stride(out, "out"),
-                          arg=_int32_pointer(arg), stream=stream_of(x))
+                          arg=pointer(arg), arg_bytes=0 if arg is None else arg.element_size(),
+                          stream=stream_of(x))
     size = ctypes.c_size_t()
     check(lib.pygio_minmax_workspace_size(ctypes.byref(params), ctypes.byref(size)))
     workspace = _workspace(size, x.device)
@@ -923,7 +922,8 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
         deterministic=int(transpose is not None), a=_csr(rowptr, col, x.size(0)), a_t=a_t,
         width=x.size(1), hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
         x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
-        out=out.data_ptr(), out_row_stride=_row_stride(out, "out"), arg=_int32_pointer(arg),
+        out=out.data_ptr(), out_row_stride=_row_stride(out, "out"), arg=pointer(arg),
+        arg_bytes=arg.element_size(),
         grad_out=grad_out.data_ptr(), grad_out_row_stride=_row_stride(grad_out, "grad_out"),
         grad_x=grad_x.data_ptr(), grad_x_row_stride=_row_stride(grad_x, "grad_x"),
         stream=stream_of(x))

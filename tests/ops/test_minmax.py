@@ -6,9 +6,10 @@ autograd (torch_geometric.utils.scatter(x[src], dst, reduce=...) on CPU,
 i.e. torch.scatter_reduce amin / amax with include_self=False on zeros):
 forward values exactly (NaN == NaN, -0.0 == +0.0), gradients elementwise
 within TOLERANCE of the sum of the absolute shares each source receives,
-and the int32 arg against the encoding of pyg_ioaware.h (the smallest
-source among those equal to the result; ~source where the row must be
-walked in backward; ARG_EMPTY for rows without entries). 16-bit runs are
+and the arg codes, one and two bytes, against the encoding of
+pyg_ioaware.h (the position in its row of the one entry equal to the
+result; W where the row must be walked in backward, a winner past
+position W - 1 included; W + 1 for rows without entries). 16-bit runs are
 compared with the float64 reference of their rounded inputs, for which the
 forward is exact. CPU always; CUDA under @pytest.mark.cuda (gpu_check.sh
 runs the "property_sample" fp32 / bf16 cases and the "sanitizer" tests under
@@ -26,9 +27,10 @@ from torch_geometric.utils import scatter
 from pyg_ioaware import Graph, _native, ops
 from pyg_ioaware.graph import ENV_FORCE_INT64, structure_state
 from pyg_ioaware.ops import hubs, minmax as mm
-from pyg_ioaware.ops.minmax import ARG_EMPTY, MIN_HUB_DEGREE, graph_minmax, hub_degree
+from pyg_ioaware.ops.minmax import MIN_HUB_DEGREE, graph_minmax, hub_degree, walk_code
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+ARG_BYTES = (1, 2)
 DTYPE_IDS = ["fp32", "fp64", "fp16", "bf16"]
 REDUCES = ["min", "max"]
 GRAPH_NAMES = [g[0] for g in PROPERTY_GRAPHS]
@@ -76,23 +78,31 @@ def pyg_reference(edge_index, x64, num_dst, reduce, grad64):
     return out.detach(), grad, bound
 
 
-def expected_arg(edge_index, x64, out64):
-    """The arg pyg_ioaware.h specifies, from edge_index (row = destination)
-    and the float64 result: the smallest source equal to the result (NaN
-    equal to NaN), plain where it alone takes the gradient, ~source where
-    the result is tied, zero or NaN, ARG_EMPTY where the row has no entry."""
-    src, dst = edge_index.cpu()
+def expected_arg(rowptr, col, x64, out64, arg_bytes):
+    """The arg codes pyg_ioaware.h specifies for the CSR (rowptr, col) and
+    the float64 result, as int64: the position in its row of the entry
+    equal to the result (NaN equal to NaN) where it alone takes the
+    gradient; W = walk_code(arg_bytes) where the result is tied, zero or NaN
+    or that position is W or more; W + 1 where the row has no entry."""
+    rowptr, col = rowptr.cpu().long(), col.cpu().long()
     num_dst, width = out64.shape
-    messages, results = x64.cpu()[src], out64[dst]
+    dst = torch.repeat_interleave(torch.arange(num_dst), rowptr.diff())
+    position = (torch.arange(col.numel()) - rowptr[dst]).unsqueeze(1)
+    messages, results = x64.cpu()[col], out64[dst]
     equal = (messages == results) | (messages.isnan() & results.isnan())
     index = dst.unsqueeze(1).expand_as(messages)
     count = torch.zeros(num_dst, width, dtype=torch.long).scatter_add_(0, index, equal.long())
     beyond = 2**40
-    candidates = torch.where(equal, src.unsqueeze(1).expand_as(messages), beyond)
+    candidates = torch.where(equal, position.expand_as(messages), beyond)
     winner = torch.full((num_dst, width), beyond).scatter_reduce_(0, index, candidates, "amin")
-    walk = (count > 1) | (out64 == 0) | out64.isnan()
-    arg = torch.where(walk, ~winner, winner)
-    return arg.masked_fill_(count == 0, ARG_EMPTY)
+    walk = walk_code(arg_bytes)
+    walks = (count > 1) | (out64 == 0) | out64.isnan() | (winner >= walk)
+    return winner.masked_fill_(walks, walk).masked_fill_(count == 0, walk + 1)
+
+
+def codes(arg):
+    """arg's unsigned codes as int64 (int16 storage holds 16-bit codes)."""
+    return arg.cpu().long() & (2 ** (8 * arg.element_size()) - 1)
 
 
 # ------------------------------------------------------------ comparisons
@@ -124,16 +134,15 @@ def assert_grad_close(got, want, bound, dtype):
                            f"{bad.nonzero()[0].tolist()}: {got[bad][:4]} vs {want[bad][:4]}")
 
 
-def assert_arg(arg, want):
-    """arg (int32) against expected_arg, checked in three steps for clear
-    failures: empty rows, the winner (decoded), then the walk flag."""
-    assert arg.dtype == torch.int32 and arg.shape == want.shape, (arg.dtype, arg.shape)
-    arg = arg.cpu().long()
-    empty = want == ARG_EMPTY
-    assert torch.equal(arg == ARG_EMPTY, empty), "ARG_EMPTY in the wrong places"
-    decode = lambda a: torch.where(a >= 0, a, ~a)  # noqa: E731
-    assert torch.equal(decode(arg)[~empty], decode(want)[~empty]), "wrong winners"
-    assert torch.equal(arg[~empty] < 0, want[~empty] < 0), "wrong walk flags"
+def assert_arg(arg, want, arg_bytes):
+    """arg against expected_arg, checked in three steps for clear failures:
+    empty rows, the walk flags, then the winners' positions."""
+    assert arg.dtype == mm.ARG_DTYPES[arg_bytes] and arg.shape == want.shape, (arg.dtype,
+                                                                              arg.shape)
+    got, walk = codes(arg), walk_code(arg_bytes)
+    assert torch.equal(got == walk + 1, want == walk + 1), "empty rows in the wrong places"
+    assert torch.equal(got == walk, want == walk), "wrong walk flags"
+    assert torch.equal(got, want), "wrong winners"
 
 
 def bits(t):
@@ -197,14 +206,16 @@ def run_property_case(name, reduce, width, dtype, kind, device, index_dtype):
 
     graph = Graph.from_edge_index(ei, (num_src, num_dst))
     assert graph.col.dtype == index_dtype
-    o, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce)
-    assert_same_values(o, ref_out, dtype)
-    assert_arg(arg, expected_arg(edge_index, x.double(), ref_out))
     transpose = graph.transpose
-    for rowptr_t, col_t in ((None, None), (transpose.rowptr, transpose.col)):
-        gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x_dev, o, arg, grad_dev,
-                         reduce)
-        assert_grad_close(gx, ref_grad, bound, dtype)
+    for arg_bytes in ARG_BYTES:  # one byte: rows past 254 entries walk
+        o, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce, arg_bytes=arg_bytes)
+        assert_same_values(o, ref_out, dtype)
+        assert_arg(arg, expected_arg(graph.rowptr, graph.col, x.double(), ref_out, arg_bytes),
+                   arg_bytes)
+        for rowptr_t, col_t in ((None, None), (transpose.rowptr, transpose.col)):
+            gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x_dev, o, arg, grad_dev,
+                             reduce)
+            assert_grad_close(gx, ref_grad, bound, dtype)
 
 
 # CPU: every dtype and the odd widths over tie-heavy inputs, plus distinct values.
@@ -272,15 +283,17 @@ def test_explicit_small_cases(dtype, device):
             [2, 3],      # max 0: -0.0 and +0.0 tie, plus the zero fill
             [4, 0],      # NaN: every source gets NaN
             [5, 5, 0],   # inf, duplicated: half each -> all to source 5
-            [],          # empty: 0, ARG_EMPTY
+            [],          # empty: 0, the empty code
             [1, 2],      # max 1 alone: plain winner 1
             [3, 0, 2]]   # max 1: plain winner 0
     rowptr = torch.tensor([0] + [len(r) for r in rows]).cumsum(0).to(device)
     col = torch.tensor([s for r in rows for s in r]).to(device)
-    out, arg = forward_op(rowptr, col, x, "max")
+    out, arg = forward_op(rowptr, col, x, "max", arg_bytes=1)
     assert_same_values(out, torch.tensor([[1.0], [0.0], [nan], [inf], [0.0], [1.0], [1.0]],
                                          dtype=torch.float64), dtype)
-    assert arg.flatten().tolist() == [~0, ~2, ~4, ~5, ARG_EMPTY, 1, 0]
+    walk, empty = walk_code(1), walk_code(1) + 1
+    # the walks: a tie, a zero, NaN, a duplicated winner; then positions 0 and 1
+    assert codes(arg).flatten().tolist() == [walk, walk, walk, walk, empty, 0, 1]
     g = torch.tensor([[6.0], [3.0], [5.0], [2.0], [7.0], [4.0], [8.0]], dtype=dtype, device=device)
     for transpose in (False, True):
         rt, ct = (None, None)
@@ -299,7 +312,9 @@ def test_explicit_small_cases(dtype, device):
     out, arg = forward_op(rowptr, col, x, "min")
     assert_same_values(out, torch.tensor([[0.0], [0.0], [nan], [1.0], [0.0], [0.0], [0.0]],
                                          dtype=torch.float64), dtype)
-    assert arg.flatten().tolist() == [~2, ~2, ~4, 0, ARG_EMPTY, ~2, ~2]
+    walk, empty = walk_code(2), walk_code(2) + 1
+    assert arg.dtype == torch.int16
+    assert codes(arg).flatten().tolist() == [walk, walk, walk, 2, empty, walk, walk]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -404,12 +419,57 @@ def test_raw_backward_takes_views(device):
         grad = torch.full((num_dst, 3), 0.5, device=device)
         want = backward_op(graph.rowptr, graph.col, None, None, x, out, arg, grad, reduce)
         out_t = out.t().contiguous().t()
-        arg_offset = torch.cat([torch.zeros(1, 3, dtype=torch.int32, device=device), arg])[1:]
+        arg_offset = torch.cat([torch.zeros(1, 3, dtype=arg.dtype, device=device), arg])[1:]
         assert arg_offset.is_contiguous() and torch.equal(arg_offset, arg)
         grad_expanded = torch.tensor([[0.5]], device=device).expand(num_dst, 3)
         for o, a, g in ((out_t, arg, grad), (out, arg_offset, grad), (out, arg, grad_expanded)):
             got = backward_op(graph.rowptr, graph.col, None, None, x, o, a, g, reduce)
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("native_host", [False, True], ids=["python", "cpp"])
+def test_training_keeps_one_byte_codes_where_rows_are_short(native_host, monkeypatch):
+    """What a training forward keeps per element: a one-byte code where no
+    row of the graph is known to hold more than 254 entries (a graph built
+    from edges grouped by destination knows its longest row), two bytes
+    where a row is longer; PyG's outputs and gradients either way, through
+    the Python Function and the C++ node."""
+    check_native("cuda")
+    from pyg_ioaware import _native_host, config
+    monkeypatch.setattr(config, "native_host", native_host)
+    arg_bytes = []
+    if native_host:
+        module = _native_host.active()
+        if module is None:
+            pytest.skip("the C++ host extension is not built for this torch")
+        aggregate = module.minmax_aggregate
+        monkeypatch.setattr(module, "minmax_aggregate",
+                            lambda *args: arg_bytes.append(args[8]) or aggregate(*args))
+    else:
+        monkeypatch.setattr(mm, "native_autograd_minmax", lambda *args: None)
+
+        def spy(rowptr, col, x, reduce, degree, max_hubs, out, arg):
+            arg_bytes.append(arg.element_size())
+            return NATIVE_MINMAX(rowptr, col, x, reduce, degree, max_hubs, out, arg)
+        monkeypatch.setattr(_native, "minmax", spy)
+    for hub, want in ((0, 1), (300, 2)):
+        seed = seed_of("minmax-arg-bytes", hub)
+        edge_index = random_graph(300, 200, 600, seed=seed, hub_degree=hub)
+        edge_index = edge_index[:, edge_index[1].argsort(stable=True)]
+        graph = Graph.from_edge_index(edge_index.cuda(), (300, 200))
+        assert (graph.degree_bound <= walk_code(1)) == (want == 1), graph.degree_bound
+        gen = torch.Generator().manual_seed(seed)
+        x64, grad64 = features(300, 20, "ties", torch.float64, gen), grad_values(200, 20,
+                                                                                torch.float64, gen)
+        for reduce in REDUCES:
+            ref_out, ref_grad, bound = pyg_reference(edge_index, x64, 200, reduce, grad64)
+            x = x64.float().cuda().requires_grad_()
+            out = ops.aggregate((x, None), graph, reduce, size=(300, 200))
+            out.backward(grad64.float().cuda())
+            assert arg_bytes[-1] == want
+            assert_same_values(out, ref_out, torch.float32)
+            assert_grad_close(x.grad, ref_grad, bound, torch.float32)
 
 
 # --------------------------------------------------------------------- hubs
@@ -490,7 +550,11 @@ def hub_reference(scale, reduce, width):
     grad = (torch.randint(1, 9, (num_rows, width), generator=gen).double() / 4
             * (torch.randint(0, 2, (num_rows, width), generator=gen) * 2 - 1))
     out, ref_grad, bound = pyg_reference(edge_index, x, num_rows, reduce, grad)
-    return x, grad, out, ref_grad, bound, expected_arg(edge_index, x, out)
+    # edge_index is in CSR order
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.long),
+                        torch.bincount(edge_index[1], minlength=num_rows).cumsum(0)])
+    args = {b: expected_arg(rowptr, edge_index[0], x, out, b) for b in ARG_BYTES}
+    return x, grad, out, ref_grad, bound, args
 
 
 def check_hub_structure(rowptr, nnz, rows_of, quantile):
@@ -509,8 +573,8 @@ def check_hub_structure(rowptr, nnz, rows_of, quantile):
 
 def run_hub_case(scale, reduce, width, dtype, device, index_dtype, monkeypatch):
     monkeypatch.setattr(hubs, "SMALL_STRUCTURE_ENTRIES", 0)  # thresholds above 256 too
-    edge_index, num_src, num_rows, _, rows_of, (w, w1, w2, nan_node) = hub_case(scale)
-    x64, grad64, ref_out, ref_grad, bound, ref_arg = hub_reference(scale, reduce, width)
+    edge_index, num_src, num_rows, _, rows_of, _ = hub_case(scale)
+    x64, grad64, ref_out, ref_grad, bound, ref_args = hub_reference(scale, reduce, width)
     if index_dtype == torch.int64:
         monkeypatch.setenv(ENV_FORCE_INT64, "1")
     graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_rows))
@@ -519,11 +583,13 @@ def run_hub_case(scale, reduce, width, dtype, device, index_dtype, monkeypatch):
     x, grad = x64.to(device, dtype), grad64.to(device, dtype)
     assert torch.equal(x.double().cpu().nan_to_num(7.0), x64.nan_to_num(7.0))  # exact inputs
 
-    # The constructed hubs are what they claim to be.
-    r = rows_of
-    assert (ref_arg[r["last"]] == w).all()
-    assert (ref_arg[r["split"]] == ~min(w1, w2)).all()
-    assert (ref_arg[r["constant"]] < 0).all() and (ref_out[r["zero"]] == 0).all()
+    # The constructed hubs are what they claim to be: the last entry the
+    # only winner (one-byte codes walk there), the others walking.
+    r, ref_arg, walk = rows_of, ref_args[2], walk_code(2)
+    last = int(graph.rowptr[r["last"] + 1] - graph.rowptr[r["last"]]) - 1
+    assert (ref_arg[r["last"]] == last).all() and (ref_args[1][r["last"]] == walk_code(1)).all()
+    assert (ref_arg[r["split"]] == walk).all() and (ref_arg[r["constant"]] == walk).all()
+    assert (ref_out[r["zero"]] == 0).all()
     assert ref_out[r["nan"], 0].isnan() and not ref_out[r["nan"], 1:].isnan().any()
 
     native_calls = []
@@ -536,24 +602,27 @@ def run_hub_case(scale, reduce, width, dtype, device, index_dtype, monkeypatch):
     results = {}
     for quantile in (0.99, 0.5, 0.0, 1.0):
         check_hub_structure(graph.rowptr, graph.num_edges, rows_of, quantile)
-        out, arg = forward_op(graph.rowptr, graph.col, x, reduce, quantile)
-        assert_same_values(out, ref_out, dtype)
-        assert_arg(arg, ref_arg)
+        for arg_bytes in ARG_BYTES:
+            out, arg = forward_op(graph.rowptr, graph.col, x, reduce, quantile,
+                                  arg_bytes=arg_bytes)
+            assert_same_values(out, ref_out, dtype)
+            assert_arg(arg, ref_args[arg_bytes], arg_bytes)
+            results[quantile, arg_bytes] = (out, arg)
         plain, empty_arg = forward_op(graph.rowptr, graph.col, x, reduce, quantile, False)
         assert empty_arg.numel() == 0 and torch.equal(bits(plain), bits(out))
-        results[quantile] = (out, arg)
-    for quantile, (out, arg) in results.items():  # the split does not change a bit
-        assert torch.equal(bits(out), bits(results[1.0][0])), quantile
-        assert torch.equal(arg, results[1.0][1]), quantile
+    for (quantile, arg_bytes), (out, arg) in results.items():  # the split changes no bit
+        assert torch.equal(bits(out), bits(results[1.0, arg_bytes][0])), quantile
+        assert torch.equal(arg, results[1.0, arg_bytes][1]), quantile
     if native_calls:
         assert native_calls[0][0] and native_calls[0][1] > 0  # 0.99: hubs split
         assert native_calls[-1] == (False, 0)                  # 1.0: no split
 
-    out, arg = results[0.99]
     t = graph.transpose
-    for rowptr_t, col_t in ((None, None), (t.rowptr, t.col)):
-        gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x, out, arg, grad, reduce)
-        assert_grad_close(gx, ref_grad, bound, dtype)
+    for arg_bytes in ARG_BYTES:
+        out, arg = results[0.99, arg_bytes]
+        for rowptr_t, col_t in ((None, None), (t.rowptr, t.col)):
+            gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x, out, arg, grad, reduce)
+            assert_grad_close(gx, ref_grad, bound, dtype)
     # through aggregate's autograd, with and without splitting
     for quantile in (0.5, 1.0):
         xx = x.clone().requires_grad_()
@@ -611,14 +680,14 @@ def test_cuda_full_hub_list(dtype):
     graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_rows))
     threshold = torch.zeros((), dtype=torch.int64, device="cuda")
     for reduce in REDUCES:
-        x64, grad64, ref_out, ref_grad, bound, ref_arg = hub_reference("cpu", reduce, 64)
+        x64, grad64, ref_out, ref_grad, bound, ref_args = hub_reference("cpu", reduce, 64)
         x, grad = x64.to("cuda", dtype), grad64.to("cuda", dtype)
         for max_hubs in (1, 2, 10**6):
             out = torch.full((num_rows, 64), math.nan, dtype=dtype, device="cuda")
-            arg = torch.full((num_rows, 64), 12345, dtype=torch.int32, device="cuda")
+            arg = torch.full((num_rows, 64), 12345, dtype=torch.int16, device="cuda")
             _native.minmax(graph.rowptr, graph.col, x, reduce, threshold, max_hubs, out, arg)
             assert_same_values(out, ref_out, dtype)
-            assert_arg(arg, ref_arg)
+            assert_arg(arg, ref_args[2], 2)
             grad_x = torch.full_like(x, math.nan)
             _native.minmax_backward(graph.rowptr, graph.col, None, x, out, arg, grad, reduce,
                                     threshold, max_hubs, grad_x)
@@ -773,16 +842,16 @@ def test_inference_needs_no_arg(dtype, device, monkeypatch):
     else:
         real = mm.minmax_reference
 
-        def spy(rowptr, col, x, reduce, with_arg=True):
+        def spy(rowptr, col, x, reduce, with_arg=True, arg_bytes=2):
             with_arg_flags.append(with_arg)
-            return real(rowptr, col, x, reduce, with_arg)
+            return real(rowptr, col, x, reduce, with_arg, arg_bytes)
         monkeypatch.setattr(mm, "minmax_reference", spy)
     for reduce in REDUCES:
         want = scatter(x.double().cpu()[edge_index[0]], edge_index[1], 0, dim_size=num_dst,
                        reduce=reduce)
         out, arg = forward_op(graph.rowptr, graph.col, x, reduce)
         plain, no_arg = forward_op(graph.rowptr, graph.col, x, reduce, 0.99, False)
-        assert no_arg.dtype == torch.int32 and no_arg.numel() == 0
+        assert no_arg.dtype == torch.int16 and no_arg.numel() == 0
         assert torch.equal(bits(plain), bits(out))
         assert_same_values(plain, want, dtype)
         xx = x.clone().requires_grad_()
@@ -801,7 +870,7 @@ def _valid_inputs(device):
     col = torch.tensor([0, 3, 1, 1, 2], dtype=torch.int32, device=device)
     x = torch.randn(4, 6, device=device)
     out = torch.zeros(3, 6, device=device)
-    arg = torch.zeros(3, 6, dtype=torch.int32, device=device)
+    arg = torch.zeros(3, 6, dtype=torch.int16, device=device)
     grad = torch.randn(3, 6, device=device)
     rowptr_t = torch.tensor([0, 1, 3, 4, 5], dtype=torch.int32, device=device)
     col_t = torch.tensor([0, 2, 2, 2, 0], dtype=torch.int32, device=device)
@@ -818,6 +887,8 @@ def _forward_cases(device):
         ("quantile < 0", (rowptr, col, x, "max", -0.01), ValueError),
         ("quantile > 1", (rowptr, col, x, "min", 1.5), ValueError),
         ("quantile nan", (rowptr, col, x, "min", math.nan), ValueError),
+        ("arg_bytes 4", (rowptr, col, x, "min", 0.99, True, 4), ValueError),
+        ("arg_bytes 0", (rowptr, col, x, "min", 0.99, True, 0), ValueError),
         ("int16 indices", (rowptr.short(), col.short(), x, "max"), TypeError),
         ("mixed index dtypes", (rowptr, col.long(), x, "max"), TypeError),
         ("float rowptr", (rowptr.float(), col.float(), x, "max"), TypeError),
@@ -860,9 +931,9 @@ def _backward_cases(device):
         case("out width", ValueError, out=torch.zeros(3, 5, device=device)),
         case("out dtype", TypeError, out=out.double()),
         case("out 1-D", ValueError, out=out.flatten()),
-        case("arg dtype", TypeError, arg=arg.long()),
+        case("arg dtype", TypeError, arg=arg.int()),
         case("arg shape", ValueError, arg=arg[:, :5]),
-        case("arg of with_arg=False", ValueError, arg=torch.zeros(0, **i32)),
+        case("arg of with_arg=False", ValueError, arg=arg.new_zeros(0)),
         case("grad_out shape", ValueError, grad_out=grad[:2]),
         case("grad_out dtype", TypeError, grad_out=grad.half()),
         case("only rowptr_t", ValueError, rowptr_t=rowptr_t),
@@ -922,10 +993,10 @@ def test_valid_inputs_of_the_bad_input_cases_run(device):
                          ids=["fp32", "bf16", "fp64"])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_sanitizer_garbage_arg_never_reads_out_of_bounds(deterministic, dtype, device):
-    """An arg that is not the forward's (random int32, ARG_EMPTY, -1,
-    INT32_MAX, num_src, ~num_src...) and an out of random values give a
-    wrong gradient but never an illegal memory access (on CUDA: the
-    synchronize after each call raises on one)."""
+    """An arg that is not the forward's (random codes of one and two bytes,
+    the walk and empty codes, positions at and past a row's end) and an out
+    of random values give a wrong gradient but never an illegal memory
+    access (on CUDA: the synchronize after each call raises on one)."""
     check_native(device)
     cuda = torch.device(device).type == "cuda"
     edge_index, num_src, num_rows, _, _, _ = hub_case("cpu")
@@ -937,21 +1008,22 @@ def test_sanitizer_garbage_arg_never_reads_out_of_bounds(deterministic, dtype, d
         x = features(num_src, width, "ties", dtype, gen).to(device)
         grad = grad_values(num_rows, width, dtype, gen).to(device)
         out, _ = forward_op(graph.rowptr, graph.col, x, "max")
-        extremes = torch.tensor([ARG_EMPTY, -1, 2**31 - 1, num_src, ~num_src, num_src - 1,
-                                 ~(num_src - 1), 0, ~(2**31 - 1)], dtype=torch.int64)
-        garbage = torch.randint(-2**31, 2**31, (num_rows, width), generator=gen)
-        pick = torch.rand(num_rows, width, generator=gen) < 0.5
-        garbage[pick] = extremes[torch.randint(0, len(extremes), (int(pick.sum()),),
-                                               generator=gen)]
-        garbage = garbage.to(device, torch.int32)
         noise = features(num_rows, width, "special", dtype, gen).to(device)
-        for reduce in REDUCES:
-            for o in (out, noise):
-                gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x, o, garbage, grad,
-                                 reduce)
-                if cuda:
-                    torch.cuda.synchronize()
-                assert gx.shape == x.shape and gx.dtype == dtype
+        for arg_bytes in ARG_BYTES:
+            walk = walk_code(arg_bytes)
+            extremes = torch.tensor([0, 1, 6, 7, 255, 256, 1200, walk - 1, walk, walk + 1])
+            garbage = torch.randint(0, walk + 2, (num_rows, width), generator=gen)
+            pick = torch.rand(num_rows, width, generator=gen) < 0.5
+            garbage[pick] = extremes[torch.randint(0, len(extremes), (int(pick.sum()),),
+                                                   generator=gen)]
+            garbage = garbage.to(mm.ARG_DTYPES[arg_bytes]).to(device)
+            for reduce in REDUCES:
+                for o in (out, noise):
+                    gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x, o, garbage,
+                                     grad, reduce)
+                    if cuda:
+                        torch.cuda.synchronize()
+                    assert gx.shape == x.shape and gx.dtype == dtype
     # The device is still healthy.
     assert torch.ones(3, device=device).sum().item() == 3.0
 

@@ -50,8 +50,9 @@ class SAGEConv(FusedMessagePassing):
     ``"min"`` and ``"max"`` the aggregation is one kernel over the input's
     cached :class:`pyg_ioaware.Graph`: mean and sum one SpMM (backward one
     SpMM over the CSR^T), min and max the reduction family's degree-aware
-    kernel (backward scatters through a saved int32 arg-index, PyG's tie
-    rule: a gradient is split evenly among the tied entries). No per-edge
+    kernel (backward scatters through a saved arg code of one or two
+    bytes an element, the winner's position in its row; PyG's tie rule: a
+    gradient is split evenly among the tied entries). No per-edge
     feature tensor is ever built. Every edge weighs 1 (a SparseTensor's
     values are ignored, as in PyG), except that a ``torch.sparse``
     adjacency's values weigh sum and mean, as PyG's ``spmm`` does. The

@@ -1,17 +1,21 @@
 """The reduction family's ops: neighbour min and max, and their autograd.
 
-``pyg_ioaware::neighbor_minmax(rowptr, col, x, reduce, hub_quantile, with_arg) -> (out, arg)``
+``pyg_ioaware::neighbor_minmax(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes) -> (out, arg)``
 
     out[r, f] = min / max over the entries e of row r of x[col[e], f]   (0 for a row with no entry)
 
 for the CSR structure (rowptr, col) (rows = destinations, col = sources, x
 [num_src, C], any floating dtype; out in x's dtype). Values compare as
-torch.amin / amax do: NaN propagates, -0.0 equals +0.0; ties go to the
-smaller source index. (The CUDA kernels return a zero result as +0.0 where
-torch may keep -0.0, and NaN as the canonical NaN.) ``arg`` (int32 [num_rows, C], or an empty tensor
-without ``with_arg``) tells the backward where each element's gradient
-goes (:data:`ARG_EMPTY`, a source, or ~source for a tie, zero or NaN
-result resolved by walking the row).
+torch.amin / amax do: NaN propagates, -0.0 equals +0.0. (The CUDA kernels
+return a zero result as +0.0 where torch may keep -0.0, and NaN as the
+canonical NaN.) ``arg`` ([num_rows, C] codes of ``arg_bytes`` bytes: uint8
+or int16 holding an unsigned 16-bit code; an empty tensor without
+``with_arg``) tells the backward where each element's gradient goes, with
+W = :func:`walk_code` (``arg_bytes``): code < W, to the source of the
+row's entry at that position (the one entry equal to the result); W, to
+the entries a walk of the row finds equal to the result (a tie, a zero or
+NaN result, or a winner past position W - 1); W + 1, nowhere (an empty
+row). Narrow codes cost a walk on long rows, never a wrong gradient.
 
 ``pyg_ioaware::neighbor_minmax_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce) -> grad_x``
 
@@ -46,10 +50,34 @@ from ..graph import INT32_LIMIT, entry_rows
 from . import checks
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
 from .hubs import DEFAULT_HUB_QUANTILE, MIN_HUB_DEGREE, hub_degree  # noqa: F401 (re-exported)
+from .hubs import own_degree_bound
 
 REDUCES = ("min", "max")
-#: arg of a row with no entry (PYGIO_ARG_EMPTY).
-ARG_EMPTY = -2**31
+#: The torch dtype storing arg codes of 1 and 2 bytes (int16 holds the
+#: unsigned 16-bit code: torch has no uint16 arithmetic on every device).
+ARG_DTYPES = {1: torch.uint8, 2: torch.int16}
+
+
+def walk_code(arg_bytes: int) -> int:
+    """W of ``arg_bytes``-byte arg codes (pyg_ioaware.h): the code of an
+    element the backward walks; W + 1 marks an empty row, and positions
+    below W are held."""
+    return 2 ** (8 * arg_bytes) - 2
+
+
+def arg_bytes_for(rowptr: Tensor) -> int:
+    """The narrowest arg code for the structure of ``rowptr``: 1 byte where
+    no row is known to hold more than :func:`walk_code` (1) entries, else 2
+    (a longer row's winners past position W - 1 walk in backward). Where the
+    longest row is not known yet, its read starts for the next call
+    (ops.hubs.own_degree_bound)."""
+    bound = own_degree_bound(rowptr)
+    return 1 if 0 <= bound <= walk_code(1) else 2
+
+
+def _codes(arg: Tensor) -> Tensor:
+    """arg's unsigned codes as int64."""
+    return arg.long() & (2 ** (8 * arg.element_size()) - 1)
 
 
 # ------------------------------------------------------------- reference
@@ -65,25 +93,30 @@ def _scatter_minmax(x: Tensor, col: Tensor, row: Tensor, num_rows: int,
     return messages, index, out
 
 
+def _positions(rowptr: Tensor, row: Tensor) -> Tensor:
+    """Each entry's position in its row (int64 [nnz])."""
+    return torch.arange(row.numel(), device=row.device) - rowptr.long().index_select(0, row)
+
+
 def minmax_reference(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
-                     with_arg: bool = True) -> Tuple[Tensor, Tensor]:
+                     with_arg: bool = True, arg_bytes: int = 2) -> Tuple[Tensor, Tensor]:
     """Plain-torch (out, arg) of neighbor_minmax (oracle and CPU path)."""
     num_rows, width = rowptr.numel() - 1, x.size(1)
     row = entry_rows(rowptr, col.numel())
     messages, index, out = _scatter_minmax(x, col.long(), row, num_rows, reduce)
     if not with_arg:
-        return out, x.new_empty(0, dtype=torch.int32)
+        return out, x.new_empty(0, dtype=ARG_DTYPES[arg_bytes])
     result = out.index_select(0, row)
     equal = (messages == result) | (messages.isnan() & result.isnan())
     count = torch.zeros(num_rows, width, dtype=torch.long, device=x.device)
     count.scatter_add_(0, index, equal.long())
-    sources = col.long().unsqueeze(1).expand_as(messages)
-    beyond = x.size(0)
-    winner = torch.full((num_rows, width), beyond, dtype=torch.long, device=x.device)
-    winner.scatter_reduce_(0, index, torch.where(equal, sources, beyond), "amin")
-    walk = (count > 1) | (out == 0) | out.isnan()
-    arg = torch.where(walk, ~winner, winner).masked_fill_(count == 0, ARG_EMPTY)
-    return out, arg.to(torch.int32)
+    walk = walk_code(arg_bytes)
+    position = _positions(rowptr, row).unsqueeze(1).expand_as(messages)
+    winner = torch.full((num_rows, width), walk, dtype=torch.long, device=x.device)
+    winner.scatter_reduce_(0, index, torch.where(equal, position, walk), "amin")
+    walks = (count > 1) | (out == 0) | out.isnan() | (winner >= walk)
+    arg = winner.masked_fill_(walks, walk).masked_fill_(count == 0, walk + 1)
+    return out, arg.to(ARG_DTYPES[arg_bytes])
 
 
 def minmax_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, out: Tensor, arg: Tensor,
@@ -91,29 +124,32 @@ def minmax_backward_reference(rowptr: Tensor, col: Tensor, x: Tensor, out: Tenso
     """Plain-torch neighbor_minmax_backward (oracle and CPU path)."""
     acc = accumulator_dtype(x.dtype)
     row = entry_rows(rowptr, col.numel())
-    sources = col.long().unsqueeze(1)
     messages = x.index_select(0, col.long())
     result = out.index_select(0, row)
-    code = arg.index_select(0, row).long()
+    code = _codes(arg.index_select(0, row))
     g = grad_out.index_select(0, row).to(acc)
-    walk = (code < 0) & (code != ARG_EMPTY)
+    w = walk_code(arg.element_size())
+    walk = code == w
+    plain = (code < w) & (code == _positions(rowptr, row).unsqueeze(1))
     nan = result.isnan()
     takes = walk & ((messages == result) | nan)
     count = torch.zeros(out.shape, dtype=acc, device=x.device)
     count.index_add_(0, row, takes.to(acc))
     count += (out == 0).to(acc)
     share = torch.where(nan, float("nan"), g / count.index_select(0, row))
-    contribution = torch.where(code == sources, g, torch.where(takes, share, 0.0))
+    contribution = torch.where(plain, g, torch.where(takes, share, 0.0))
     grad_x = torch.zeros(x.shape, dtype=acc, device=x.device)
     return grad_x.index_add_(0, col.long(), contribution).to(x.dtype)
 
 
 # ------------------------------------------------------------------ checks
-def _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg,
+def _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes,
                    who: str = "pyg_ioaware::neighbor_minmax") -> None:
     checks.csr_structure(rowptr, col, who)
     if reduce not in REDUCES:
         raise ValueError(f"{who}: reduce must be one of {REDUCES}, got {reduce!r}")
+    if arg_bytes not in ARG_DTYPES:
+        raise ValueError(f"{who}: arg_bytes must be 1 or 2, got {arg_bytes!r}")
     if not 0.0 <= hub_quantile <= 1.0:
         raise ValueError(f"{who}: hub_quantile must lie in [0, 1], got {hub_quantile}")
     if not isinstance(x, Tensor) or x.dtype not in checks.FEATURE_DTYPES:
@@ -126,11 +162,14 @@ def _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg,
 
 def _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce) -> None:
     who = "pyg_ioaware::neighbor_minmax_backward"
-    _check_forward(rowptr, col, x, reduce, DEFAULT_HUB_QUANTILE, True, who)
+    _check_forward(rowptr, col, x, reduce, DEFAULT_HUB_QUANTILE, True, 2, who)
     rows, width, device = rowptr.size(0) - 1, x.size(1), rowptr.device
     checks.dense(out, "out", rows, x.dtype, device, who, width=width)
     checks.dense(grad_out, "grad_out", rows, x.dtype, device, who, width=width)
-    checks.dense(arg, "arg", rows, torch.int32, device, who, width=width)
+    if not isinstance(arg, Tensor) or arg.dtype not in ARG_DTYPES.values():
+        raise TypeError(f"{who}: arg must be the forward's codes, a tensor of one of "
+                        f"{tuple(ARG_DTYPES.values())}")
+    checks.dense(arg, "arg", rows, arg.dtype, device, who, width=width)
     if (rowptr_t is None) != (col_t is None):
         raise ValueError(f"{who}: give both rowptr_t and col_t (the CSR^T), or neither")
     if rowptr_t is not None:
@@ -157,14 +196,14 @@ def _arg_readable(arg: Tensor) -> Tensor:
     return arg.clone(memory_format=torch.contiguous_format)
 
 
-def _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg) -> Tuple[Tensor, Tensor]:
+def _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg,
+                   arg_bytes) -> Tuple[Tensor, Tensor]:
     if not native_ready(x.device):
-        return minmax_reference(rowptr, col, x, reduce, with_arg)
+        return minmax_reference(rowptr, col, x, reduce, with_arg, arg_bytes)
     x = _rows_readable(x)
     num_rows = rowptr.numel() - 1
     out = torch.empty(num_rows, x.size(1), dtype=x.dtype, device=x.device)
-    arg = (torch.empty(num_rows, x.size(1), dtype=torch.int32, device=x.device) if with_arg
-           else x.new_empty(0, dtype=torch.int32))
+    arg = x.new_empty((num_rows, x.size(1)) if with_arg else (0,), dtype=ARG_DTYPES[arg_bytes])
     if num_rows == 0 or x.size(1) == 0:
         return out, arg
     degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
@@ -189,7 +228,7 @@ def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
 @torch.library.custom_op("pyg_ioaware::neighbor_minmax", mutates_args=())
 def neighbor_minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
                     hub_quantile: float = DEFAULT_HUB_QUANTILE,
-                    with_arg: bool = True) -> Tuple[Tensor, Tensor]:
+                    with_arg: bool = True, arg_bytes: int = 2) -> Tuple[Tensor, Tensor]:
     """``torch.ops.pyg_ioaware.neighbor_minmax``: out[d, f] = min (or max)
     over the CSR row d of x[col[e], f]; 0 for an empty row (forward only;
     :func:`aggregate` with ``reduce="min"`` is the differentiable form).
@@ -203,25 +242,30 @@ def neighbor_minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
             the row lengths (and above 256) are split into chunks over all
             SMs (CUDA). (default: 0.99)
         with_arg (bool): also return ``arg``, what the backward needs.
+        arg_bytes (int): bytes of one arg code, 1 (uint8) or 2 (int16): one
+            byte holds positions up to 253, two up to 65533; a winner
+            further along its row is found again by a walk in backward.
+            (default: 2)
 
     Returns:
-        (Tensor, Tensor): ``out`` [R, F] in ``x``'s dtype, and ``arg`` int32
-        [R, F] (the winning source, ``~source`` where the backward must walk
-        the row: a tie, a zero result or NaN; INT32_MIN for an empty row), or
-        an empty tensor without ``with_arg``.
+        (Tensor, Tensor): ``out`` [R, F] in ``x``'s dtype, and ``arg`` [R,
+        F] (the winner's position in its row, or the codes W =
+        :func:`walk_code` (``arg_bytes``) where the backward walks the row:
+        a tie, a zero or NaN result, a position past W - 1; W + 1 for an
+        empty row), or an empty tensor without ``with_arg``.
     """
-    _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg)
+    _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes)
     checks.csr_structure_contents(rowptr, col, x.size(0), "pyg_ioaware::neighbor_minmax")
-    return _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg)
+    return _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes)
 
 
 @neighbor_minmax.register_fake
 def _neighbor_minmax_fake(rowptr, col, x, reduce, hub_quantile=DEFAULT_HUB_QUANTILE,
-                          with_arg=True):
-    _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg)
+                          with_arg=True, arg_bytes=2):
+    _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes)
     rows = rowptr.size(0) - 1
     arg_shape = (rows, x.size(1)) if with_arg else (0,)
-    return x.new_empty(rows, x.size(1)), x.new_empty(arg_shape, dtype=torch.int32)
+    return x.new_empty(rows, x.size(1)), x.new_empty(arg_shape, dtype=ARG_DTYPES[arg_bytes])
 
 
 @torch.library.custom_op("pyg_ioaware::neighbor_minmax_backward", mutates_args=())
@@ -267,13 +311,16 @@ minmax_backward_trusted = eager_or_op(_minmax_backward_kernel, neighbor_minmax_b
 
 class MinMaxFunction(torch.autograd.Function):
     """Differentiable out = neighbor_minmax(graph, x): forward saves x, out
-    and arg (O(N x C), no edge tensor); backward scatters through arg, or,
+    and arg (O(N x C) codes of one byte where the graph's rows are known to
+    be short enough (:func:`arg_bytes_for`), else two; no edge tensor);
+    backward scatters through arg, or,
     where torch.are_deterministic_algorithms_enabled(), sums over the
     graph's CSR^T in a fixed order. Not twice differentiable."""
 
     @staticmethod
     def forward(ctx, graph, x, reduce, hub_quantile):
-        out, arg = minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, True)
+        out, arg = minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, True,
+                                  arg_bytes_for(graph.rowptr))
         ctx.graph, ctx.reduce = graph, reduce
         ctx.save_for_backward(x, out, arg)
         return out
@@ -319,7 +366,8 @@ def native_autograd_minmax(graph, x: Tensor, reduce: str,
     backward_split = ((degree, max_hubs) if hub_quantile == DEFAULT_HUB_QUANTILE
                       else hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE))
     return extension.minmax_aggregate(_rows_readable(x), rowptr, col, _native.REDUCE_CODES[reduce],
-                                      degree, max_hubs, *backward_split, graph)
+                                      degree, max_hubs, *backward_split, arg_bytes_for(rowptr),
+                                      graph)
 
 
 def graph_minmax(graph, x: Tensor, reduce: str,
@@ -337,4 +385,4 @@ def graph_minmax(graph, x: Tensor, reduce: str,
         if native is not None:
             return native
         return MinMaxFunction.apply(graph, x, reduce, hub_quantile)
-    return minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, False)[0]
+    return minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, False, 2)[0]

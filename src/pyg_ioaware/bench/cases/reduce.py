@@ -20,7 +20,8 @@ Layer cases (features require grad, a layer in the middle of a network):
 
 Kernels alone (bench.bandwidth), on the cached Graph, per aggregation case:
 the forward as inference runs it (no arg), the forward as training runs it
-(out and the int32 arg), and the backward alone from one such forward's out
+(out and the arg codes, one byte each where every row holds at most 254
+entries, else two), and the backward alone from one such forward's out
 and arg (plus, on CUDA, the deterministic backward over the CSR^T). Each
 row also carries the light/heavy split of the graph (:func:`hub_split`).
 """
@@ -39,30 +40,28 @@ from . import (BF16_OVER_FP32, Bar, Case, Impl, LayerBuilder, MinibatchCase, Uns
 FAMILY = "reduction"
 REDUCES = ("min", "max")
 WIDTHS = (64, 512)
-# Bytes of the int32 arg, per output element.
-ARG_BYTES = 4
-
 # Useful bytes of the min / max kernels (see forward_bytes, backward_bytes).
-BYTES_MODEL = ("min/max fwd: (nnz + num_out) * D * element size, + num_out * D * 4 with "
-               "arg; bwd: num_out * D * (element size + 4) + num_src * D * element size")
+BYTES_MODEL = ("min/max fwd: (nnz + num_out) * D * element size, + num_out * D * arg bytes "
+               "with arg; bwd: num_out * D * (element size + arg bytes) + num_src * D * "
+               "element size")
 
 
 def forward_bytes(nnz: int, num_out: int, width: int, element_size: int,
-                  with_arg: bool) -> int:
+                  arg_bytes: int) -> int:
     """Minimal bytes of the forward: every gathered neighbour row read once
-    per edge, every output row written once (and, for training, the int32
-    arg written once per output element). Index traffic (rowptr, col) counts
-    as the kernel's overhead."""
-    return ((nnz + num_out) * width * element_size +
-            (num_out * width * ARG_BYTES if with_arg else 0))
+    per edge, every output row written once (and, for training, the arg
+    codes of ``arg_bytes`` bytes, 0 without them, written once per output
+    element). Index traffic (rowptr, col) counts as the kernel's overhead."""
+    return (nnz + num_out) * width * element_size + num_out * width * arg_bytes
 
 
-def backward_bytes(num_src: int, num_out: int, width: int, element_size: int) -> int:
+def backward_bytes(num_src: int, num_out: int, width: int, element_size: int,
+                   arg_bytes: int) -> int:
     """Minimal bytes of the backward: grad_out and arg read once per output
     element, grad_x written once per source element. Reading x or out (only
-    rows with ties, zero or NaN results need them), the zero fill of grad_x
-    and index traffic count as overhead."""
-    return num_out * width * (element_size + ARG_BYTES) + num_src * width * element_size
+    rows with ties, zero or NaN results need them), the zero fill of grad_x,
+    the winners' col entries and index traffic count as overhead."""
+    return num_out * width * (element_size + arg_bytes) + num_src * width * element_size
 
 
 def _aggregation_name(reduce: str) -> str:
@@ -147,7 +146,7 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph
         from pyg_ioaware.ops.minmax import (DEFAULT_HUB_QUANTILE, minmax_backward_trusted,
-                                            minmax_trusted)
+                                            minmax_trusted, walk_code)
 
         dtype = feature_dtype(work.precision)
         graph = Graph.from_input(work.edge_index, num_nodes=work.num_nodes)
@@ -156,16 +155,20 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
         q = DEFAULT_HUB_QUANTILE
         x = torch.randn(n_src, channels, device=work.device, dtype=dtype)
         g = torch.randn(n_out, channels, device=work.device, dtype=dtype)
-        out, arg = minmax_trusted(rowptr, col, x, reduce, q, True)
+        # The codes training keeps once the graph's longest row is known.
+        arg_bytes = 1 if nnz == 0 or int(graph.in_degree.max()) <= walk_code(1) else 2
+        out, arg = minmax_trusted(rowptr, col, x, reduce, q, True, arg_bytes)
         size = x.element_size()
         split = hub_split(graph, q)
-        fwd = forward_bytes(nnz, n_out, channels, size, False)
-        fwd_arg = forward_bytes(nnz, n_out, channels, size, True)
-        bwd = backward_bytes(n_src, n_out, channels, size)
+        fwd = forward_bytes(nnz, n_out, channels, size, 0)
+        fwd_arg = forward_bytes(nnz, n_out, channels, size, arg_bytes)
+        bwd = backward_bytes(n_src, n_out, channels, size, arg_bytes)
         kernels = [
-            Kernel(f"{reduce} fwd", lambda: minmax_trusted(rowptr, col, x, reduce, q, False),
+            Kernel(f"{reduce} fwd",
+                   lambda: minmax_trusted(rowptr, col, x, reduce, q, False, arg_bytes),
                    fwd, {"split": split}),
-            Kernel(f"{reduce} fwd + arg", lambda: minmax_trusted(rowptr, col, x, reduce, q, True),
+            Kernel(f"{reduce} fwd + arg",
+                   lambda: minmax_trusted(rowptr, col, x, reduce, q, True, arg_bytes),
                    fwd_arg, {"split": split}),
             Kernel(f"{reduce} bwd", lambda: minmax_backward_trusted(
                 rowptr, col, None, None, x, out, arg, g, reduce), bwd, {"split": split}),
