@@ -183,6 +183,12 @@ RUN_TITLES = {
     "results_h200_mixed_bias_minibatch":
         "GCNConv mini-batch steps after the autocast bias over 16-bit features went inside "
         "the mixed aggregation (issue 5)",
+    "results_h200_narrow_arg_min512":
+        "Min aggregation D=512 against PyG after the min / max arg went to codes of one or "
+        "two bytes (the winner's position in its row), H200 (issue 7)",
+    "results_h200_narrow_arg_min512_before":
+        "Min aggregation D=512 against PyG on the tree before the narrow arg codes, run in "
+        "the same call as the one after them, H200 (issue 7)",
     "results_h200_row_batches_final_gcn":
         "GCNConv D=64 and D=512 in fp32 and bf16 on the final tree of the row-batch stop "
         "(the C++ autograd on large graphs too), H200 (issue 6)",
