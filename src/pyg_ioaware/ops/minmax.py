@@ -11,7 +11,7 @@ return a zero result as +0.0 where torch may keep -0.0, and NaN as the
 canonical NaN.) ``arg`` ([num_rows, C] codes of ``arg_bytes`` bytes: uint8
 or int16 holding an unsigned 16-bit code; an empty tensor without
 ``with_arg``) tells the backward where each element's gradient goes, with
-W = :func:`walk_code` (``arg_bytes``): code < W, to the source of the
+W = 2^(8 arg_bytes) - 2 (:func:`walk_code`): code < W, to the source of the
 row's entry at that position (the one entry equal to the result); W, to
 the entries a walk of the row finds equal to the result (a tie, a zero or
 NaN result, or a winner past position W - 1); W + 1, nowhere (an empty
@@ -67,7 +67,7 @@ def walk_code(arg_bytes: int) -> int:
 
 def arg_bytes_for(rowptr: Tensor) -> int:
     """The narrowest arg code for the structure of ``rowptr``: 1 byte where
-    no row is known to hold more than :func:`walk_code` (1) entries, else 2
+    no row is known to hold more than ``walk_code(1)`` entries, else 2
     (a longer row's winners past position W - 1 walk in backward). Where the
     longest row is not known yet, its read starts for the next call
     (ops.hubs.own_degree_bound)."""
@@ -249,10 +249,10 @@ def neighbor_minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
 
     Returns:
         (Tensor, Tensor): ``out`` [R, F] in ``x``'s dtype, and ``arg`` [R,
-        F] (the winner's position in its row, or the codes W =
-        :func:`walk_code` (``arg_bytes``) where the backward walks the row:
-        a tie, a zero or NaN result, a position past W - 1; W + 1 for an
-        empty row), or an empty tensor without ``with_arg``.
+        F] (the winner's position in its row; W = 2^(8 arg_bytes) - 2 where
+        the backward walks the row: a tie, a zero or NaN result, a position
+        past W - 1; W + 1 for an empty row), or an empty tensor without
+        ``with_arg``.
     """
     _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes)
     checks.csr_structure_contents(rowptr, col, x.size(0), "pyg_ioaware::neighbor_minmax")
