@@ -30,8 +30,8 @@ from pyg_ioaware.ops import hubs, minmax as mm
 from pyg_ioaware.ops.minmax import MIN_HUB_DEGREE, graph_minmax, hub_degree, walk_code
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
-ARG_BYTES = (1, 2)
 DTYPE_IDS = ["fp32", "fp64", "fp16", "bf16"]
+ARG_BYTES = (1, 2)  # the widths of an arg code
 REDUCES = ["min", "max"]
 GRAPH_NAMES = [g[0] for g in PROPERTY_GRAPHS]
 CUDA_WIDTHS = [1, 3, 17, 64, 130, 512]
