@@ -277,9 +277,10 @@ PYGIO_API int pygio_spmm_csr(const pygio_spmm_csr_params* params);
  *
  * Rows of more than max(*hub_degree, PYGIO_MINMAX_MIN_HUB_DEGREE) entries
  * (at most max_hubs of them; any more are done whole) are split into
- * chunks over all SMs and merged with one 64-bit atomicMax per element on
- * (rank, ~position in the row, tie bit); the result does not depend on
- * the order.
+ * chunks over all SMs and merged with two 64-bit atomicMax per element,
+ * on (rank, ~position in the row, tie bit) and on (rank, position): a tie
+ * between chunks is where the two positions differ. The result does not
+ * depend on the order.
  */
 #define PYGIO_MINMAX_MIN_HUB_DEGREE 256
 

@@ -7,8 +7,10 @@
 //    kUnroll gathered loads in flight per lane), sub-group winners merged
 //    with shuffles; a row above the hub degree is only registered.
 //  - minmax_hub_chunks_kernel: a warp per kMinMaxHubChunk-entry chunk of a
-//    hub, every chunk's winners merged into the hub's words with one
-//    atomicMax each (plus a CAS that marks a tie between chunks);
+//    hub, every chunk's winners merged into the hub's two words per
+//    element with two atomicMax, whose results nobody waits for (the
+//    smallest and the largest position at the best rank: a tie between
+//    chunks is where they differ);
 //  - minmax_hub_finish_kernel: hub words -> out and arg.
 // Backward, grad_x = the gradient of out through arg's rule:
 //  - minmax_grad_rows_kernel: a warp per row, laid out as the forward;
@@ -138,17 +140,6 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   }
 }
 
-// Sets the tie bit of *word while its rank is `rank`.
-__device__ __forceinline__ void mark_tie(unsigned long long* word, uint32_t rank) {
-  using Word = WinnerWord<uint32_t>;
-  unsigned long long seen = *word;
-  while (Word::rank(seen) == rank && !Word::tied(seen)) {
-    const unsigned long long old = atomicCAS(word, seen, seen | 1ull);
-    if (old == seen) break;
-    seen = old;
-  }
-}
-
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPerSm)
     minmax_hub_chunks_kernel(const __grid_constant__ pygio_minmax_params p, WarpLayout layout,
@@ -176,12 +167,10 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
       if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        const uint32_t rank = Word::rank(best[i]);
-        if (rank == 0) continue;
-        unsigned long long* word = hubs.words + slot * p.width + piece * V + i;
-        const unsigned long long old = atomicMax(word, best[i]);
-        // Another chunk reached this rank first: a tie, if the rank stays the best.
-        if (Word::rank(old) == rank) mark_tie(word, rank);
+        if (Word::rank(best[i]) == 0) continue;
+        const int64_t at = slot * p.width + piece * V + i;
+        atomicMax(hubs.words + at, best[i]);
+        atomicMax(hubs.last_words + at, last_position_word(best[i]));
       }
     }
   }
@@ -201,7 +190,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     const int64_t row = hubs.list.hubs[slot].row;
     acc_t value;
     int32_t code;
-    winner_result<Traits>(hubs.words[i], p.arg_bytes, &value, &code);
+    winner_result<Traits>(hub_winner(hubs.words[i], hubs.last_words[i]), p.arg_bytes, &value,
+                          &code);
     out[row * p.out_row_stride + f] = DTypeTraits<scalar_t>::store(value);
     if (p.arg != nullptr) store_code(p.arg, p.arg_bytes, row * p.width + f, code);
   }

@@ -35,9 +35,10 @@ int64_t hub_slots(const pygio_minmax_params& p) {
   return slots < p.a.num_rows ? slots : p.a.num_rows;
 }
 
-// Layout: counter, merge words (both zeroed by one memset), hub list.
+// Layout: counter, the two merge words of every hub element (all zeroed by
+// one memset), hub list.
 size_t forward_zeroed_bytes(const pygio_minmax_params& p) {
-  return kAlign + round_up(hub_slots(p) * p.width * sizeof(unsigned long long));
+  return kAlign + round_up(2 * hub_slots(p) * p.width * sizeof(unsigned long long));
 }
 size_t forward_workspace_bytes(const pygio_minmax_params& p) {
   const int64_t slots = hub_slots(p);
@@ -94,13 +95,14 @@ int with_reduce(int32_t reduce, Go go) {
 
 template <typename Traits>
 int launch_forward(const pygio_minmax_params& p, cudaStream_t stream) {
-  MinMaxHubs hubs{HubList{nullptr, nullptr, 0}, nullptr, p.hub_degree};
+  MinMaxHubs hubs{HubList{nullptr, nullptr, 0}, nullptr, nullptr, p.hub_degree};
   const int64_t slots = hub_slots(p);
   if (slots > 0) {
     auto* base = static_cast<char*>(p.workspace);
     hubs.list = HubList{reinterpret_cast<unsigned long long*>(base),
                         reinterpret_cast<HubEntry*>(base + forward_zeroed_bytes(p)), slots};
     hubs.words = reinterpret_cast<unsigned long long*>(base + kAlign);
+    hubs.last_words = hubs.words + slots * p.width;
     PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, forward_zeroed_bytes(p), stream));
   }
   const WarpLayout layout = warp_layout(p.width / Traits::kVec);

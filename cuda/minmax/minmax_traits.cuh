@@ -235,12 +235,37 @@ __device__ __forceinline__ void store_code(void* arg, int bytes, int64_t index, 
   store_codes<1>(arg, bytes, index, codes);
 }
 
-// The forward's hub workspace: the hub list and one merge word per hub
-// element.
+// The forward's hub workspace: the hub list and two merge words per hub
+// element, both taken with atomicMax by every chunk: `words` orders like
+// (rank, smaller position) (a chunk's winner word), `last_words` like
+// (rank, larger position) (last_position_word). Two entries share the
+// best rank exactly where their positions differ (hub_winner).
 struct MinMaxHubs {
   HubList list;
-  unsigned long long* words;  // [list.capacity, width], zeroed
-  const int64_t* degree;      // device scalar: rows above max(*degree, chunk) are hubs
+  unsigned long long* words;       // [list.capacity, width], zeroed
+  unsigned long long* last_words;  // [list.capacity, width], zeroed
+  const int64_t* degree;           // device scalar: rows above max(*degree, chunk) are hubs
 };
+
+// A chunk's offer to `last_words`: rank << 32 | position << 1 of its winner
+// word, the position one further where the chunk's own best is tied (a
+// stand-in for its other entry at that rank; saturated at 2^31 - 1, where
+// the position walks anyway).
+__device__ __forceinline__ unsigned long long last_position_word(unsigned long long best) {
+  using Word = WinnerWord<uint32_t>;
+  uint32_t position = static_cast<uint32_t>(Word::position(best));
+  if (Word::tied(best) && position < 0x7fffffffu) ++position;
+  return static_cast<unsigned long long>(Word::rank(best)) << 32 | position << 1;
+}
+
+// The hub element's winner word from its two merged words, with the tie
+// bit set where two entries share the best rank: the chunks' smallest and
+// largest positions at that rank differ (or the winner's chunk saw a tie).
+__device__ __forceinline__ unsigned long long hub_winner(unsigned long long first,
+                                                         unsigned long long last) {
+  using Word = WinnerWord<uint32_t>;
+  const int32_t last_position = static_cast<int32_t>((last >> 1) & 0x7fffffffu);
+  return first | (Word::position(first) != last_position ? 1ull : 0ull);
+}
 
 }  // namespace pygio
