@@ -621,17 +621,23 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// y[r, f] = acc[r * width + f] in y's type.
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+// y[r, f] = acc[r * width + f] in y's type, V features a thread in one
+// load and one store (width, y's row stride and y's address multiples of
+// V elements; acc 16-byte aligned).
+template <typename scalar_t, typename acc_t, int V>
+__global__ void __launch_bounds__(kCastThreadsPerBlock)
     minmax_cast_kernel(const __grid_constant__ pygio_minmax_backward_params p,
-                       const typename Traits::acc_t* __restrict__ acc) {
-  auto* __restrict__ y = static_cast<typename Traits::scalar_t*>(p.grad_x);
-  const int64_t total = p.a.num_cols * p.width;
+                       const acc_t* __restrict__ acc) {
+  auto* __restrict__ y = static_cast<scalar_t*>(p.grad_x);
+  const int64_t pieces = p.width / V, total = p.a.num_cols * pieces;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / p.width, f = i - r * p.width;
-    y[r * p.grad_x_row_stride + f] = DTypeTraits<typename Traits::scalar_t>::store(acc[i]);
+    const int64_t r = i / pieces, f = (i - r * pieces) * V;
+    const Pack<acc_t, V> pack = load_pack<V>(acc + r * p.width + f);
+    acc_t values[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) values[k] = pack.v[k];
+    store_pack<V>(y + r * p.grad_x_row_stride + f, values);
   }
 }
 

@@ -178,10 +178,19 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
     }
   }
   if constexpr (!kDirect) {
-    PYGIO_TRY(resident_grid(p.a.num_cols * p.width, Traits::kThreadsPerBlock,
-                            Traits::kThreadsPerBlock, p.device, &grid));
-    minmax_cast_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, acc);
-    PYGIO_CHECK_CUDA(cudaGetLastError());
+    // Four features a thread (16 bytes of fp32 read) where grad_x allows.
+    auto cast = [&](auto vec_constant) -> int {
+      constexpr int V = decltype(vec_constant)::value;
+      PYGIO_TRY(resident_grid(p.a.num_cols * (p.width / V), kCastThreadsPerBlock,
+                              kCastThreadsPerBlock, p.device, &grid));
+      minmax_cast_kernel<scalar_t, acc_t, V><<<grid, kCastThreadsPerBlock, 0, stream>>>(p, acc);
+      PYGIO_CHECK_CUDA(cudaGetLastError());
+      return PYGIO_OK;
+    };
+    const bool four = widest_vector(sizeof(scalar_t), p.width, {p.grad_x_row_stride},
+                                    {p.grad_x}) >= 4;
+    PYGIO_TRY(four ? cast(std::integral_constant<int, 4>{})
+                   : cast(std::integral_constant<int, 1>{}));
   }
   return PYGIO_OK;
 }

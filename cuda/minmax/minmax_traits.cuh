@@ -15,6 +15,9 @@
 
 namespace pygio {
 
+// Threads a block of the backward's cast of the fp32 gradient to 16 bits.
+constexpr int kCastThreadsPerBlock = 256;
+
 // Hub rows are split into chunks of this many entries.
 constexpr int64_t kMinMaxHubChunk = 256;
 static_assert(kMinMaxHubChunk == PYGIO_MINMAX_MIN_HUB_DEGREE,
