@@ -65,14 +65,19 @@ def walk_code(arg_bytes: int) -> int:
     return 2 ** (8 * arg_bytes) - 2
 
 
+def narrowest_arg_bytes(longest_row: int) -> int:
+    """The arg code width for a structure whose longest row has
+    ``longest_row`` entries (-1: not known): 1 byte where no row holds more
+    than ``walk_code(1)`` entries, else 2 (a longer row's winners past
+    position W - 1 walk in backward)."""
+    return 1 if 0 <= longest_row <= walk_code(1) else 2
+
+
 def arg_bytes_for(rowptr: Tensor) -> int:
-    """The narrowest arg code for the structure of ``rowptr``: 1 byte where
-    no row is known to hold more than ``walk_code(1)`` entries, else 2
-    (a longer row's winners past position W - 1 walk in backward). Where the
-    longest row is not known yet, its read starts for the next call
-    (ops.hubs.own_degree_bound)."""
-    bound = own_degree_bound(rowptr)
-    return 1 if 0 <= bound <= walk_code(1) else 2
+    """:func:`narrowest_arg_bytes` of the structure of ``rowptr`` as far as
+    its longest row is known; where it is not known yet, its read starts for
+    the next call (ops.hubs.own_degree_bound)."""
+    return narrowest_arg_bytes(own_degree_bound(rowptr))
 
 
 def _codes(arg: Tensor) -> Tensor:

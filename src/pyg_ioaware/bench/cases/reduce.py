@@ -146,7 +146,7 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph
         from pyg_ioaware.ops.minmax import (DEFAULT_HUB_QUANTILE, minmax_backward_trusted,
-                                            minmax_trusted, walk_code)
+                                            minmax_trusted, narrowest_arg_bytes)
 
         dtype = feature_dtype(work.precision)
         graph = Graph.from_input(work.edge_index, num_nodes=work.num_nodes)
@@ -156,7 +156,7 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
         x = torch.randn(n_src, channels, device=work.device, dtype=dtype)
         g = torch.randn(n_out, channels, device=work.device, dtype=dtype)
         # The codes training keeps once the graph's longest row is known.
-        arg_bytes = 1 if nnz == 0 or int(graph.in_degree.max()) <= walk_code(1) else 2
+        arg_bytes = narrowest_arg_bytes(int(graph.in_degree.max()) if nnz > 0 else 0)
         out, arg = minmax_trusted(rowptr, col, x, reduce, q, True, arg_bytes)
         size = x.element_size()
         split = hub_split(graph, q)
