@@ -6,8 +6,8 @@
 //    the features with kVec-wide loads, sub-groups take interleaved entries,
 //    kUnroll gathered loads in flight per lane), sub-group winners merged
 //    with shuffles; a row above the hub degree is only registered.
-//  - minmax_hub_chunks_kernel: a warp per kMinMaxHubChunk-entry chunk of a
-//    hub, every chunk's winners merged into the hub's two words per
+//  - minmax_hub_chunks_kernel: a warp per chunk of a hub (MinMaxHubs::chunk
+//    entries), every chunk's winners merged into the hub's two words per
 //    element with two atomicMax, whose results nobody waits for (the
 //    smallest and the largest position at the best rank: a tie between
 //    chunks is where they differ);
@@ -115,14 +115,14 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   int64_t hub_degree = -1;  // no split
   if (hubs.list.hubs != nullptr) {
     hub_degree = *hubs.degree;
-    if (hub_degree < kMinMaxHubChunk) hub_degree = kMinMaxHubChunk;
+    if (hub_degree < PYGIO_MINMAX_MIN_HUB_DEGREE) hub_degree = PYGIO_MINMAX_MIN_HUB_DEGREE;
   }
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                      threadIdx.x / kWarpSize;
        row < p.a.num_rows; row += warps) {
     const int64_t begin = rowptr[row], end = rowptr[row + 1];
     if (hub_degree >= 0 && end - begin > hub_degree &&
-        register_hub(hubs.list, row, end - begin, kMinMaxHubChunk, lane))
+        register_hub(hubs.list, row, end - begin, hubs.chunk, lane))
       continue;
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
@@ -157,8 +157,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
     int64_t begin = 0, end = 0;
-    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kMinMaxHubChunk,
-                                         &begin, &end);
+    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, hubs.chunk, &begin,
+                                         &end);
     const int64_t row_begin = rowptr[hubs.list.hubs[slot].row];
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
@@ -392,6 +392,7 @@ template <typename acc_t>
 struct GradHubs {
   HubList list;
   acc_t* matches;  // [list.capacity, width], zeroed
+  int64_t chunk;   // entries a chunk takes (at most kMinMaxHubChunk)
 };
 
 // acc[source, f] += the gradient of every plain winner (resolved to its
@@ -455,7 +456,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   int64_t hub_degree = -1;
   if (hubs.list.hubs != nullptr) {
     hub_degree = *p.hub_degree;
-    if (hub_degree < kMinMaxHubChunk) hub_degree = kMinMaxHubChunk;
+    if (hub_degree < PYGIO_MINMAX_MIN_HUB_DEGREE) hub_degree = PYGIO_MINMAX_MIN_HUB_DEGREE;
   }
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                      threadIdx.x / kWarpSize;
@@ -467,7 +468,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       for (int64_t f = lane; f < p.width; f += kWarpSize)
         any = any || load_code(p.arg, p.arg_bytes, row * p.width + f) == kCodeWalk;
       hub = __any_sync(0xffffffffu, any) &&
-            register_hub(hubs.list, row, end - begin, kMinMaxHubChunk, lane);
+            register_hub(hubs.list, row, end - begin, hubs.chunk, lane);
     }
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
@@ -500,8 +501,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
     int64_t begin = 0, end = 0;
-    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kMinMaxHubChunk,
-                                         &begin, &end);
+    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, hubs.chunk, &begin,
+                                         &end);
     const int64_t row = hubs.list.hubs[slot].row;
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
@@ -538,8 +539,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
     int64_t begin = 0, end = 0;
-    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, kMinMaxHubChunk,
-                                         &begin, &end);
+    const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, hubs.chunk, &begin,
+                                         &end);
     const int64_t row = hubs.list.hubs[slot].row;
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);

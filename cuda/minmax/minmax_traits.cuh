@@ -18,10 +18,13 @@ namespace pygio {
 // Threads a block of the backward's cast of the fp32 gradient to 16 bits.
 constexpr int kCastThreadsPerBlock = 256;
 
-// Hub rows are split into chunks of this many entries.
+// Hub rows are split into chunks of this many entries, or of fewer (down
+// to kMinMaxMinHubChunk) on structures whose entries would not make
+// enough chunks for the GPU's warps (minmax_launch.cu, hub_chunk).
 constexpr int64_t kMinMaxHubChunk = 256;
 static_assert(kMinMaxHubChunk == PYGIO_MINMAX_MIN_HUB_DEGREE,
               "a hub spans at least one full chunk");
+constexpr int64_t kMinMaxMinHubChunk = 32;
 
 // Rank of a value: larger wins, for min and max alike; never 0. max ranks
 // v and min ranks -v, by the fp32 bits made order-preserving as unsigned.
@@ -247,7 +250,8 @@ struct MinMaxHubs {
   HubList list;
   unsigned long long* words;       // [list.capacity, width], zeroed
   unsigned long long* last_words;  // [list.capacity, width], zeroed
-  const int64_t* degree;           // device scalar: rows above max(*degree, chunk) are hubs
+  const int64_t* degree;  // device scalar: rows above max(*degree, 256) are hubs
+  int64_t chunk;          // entries a chunk takes (at most kMinMaxHubChunk)
 };
 
 // A chunk's offer to `last_words`: rank << 32 | position << 1 of its winner

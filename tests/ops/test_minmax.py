@@ -16,6 +16,7 @@ runs the "property_sample" fp32 / bf16 cases and the "sanitizer" tests under
 compute-sanitizer).
 """
 import functools
+import itertools
 import math
 
 import pytest
@@ -674,17 +675,18 @@ def test_cuda_sanitizer_hub_chunks(dtype, monkeypatch):
 def test_cuda_full_hub_list(dtype):
     """More hubs than hub slots: the rows the list refuses are done whole
     (the native wrappers called directly with max_hubs = 1 and a threshold
-    of 0, forward and backward)."""
+    of 0, forward and backward), in one pass over the features and in three
+    (130 features: the warp's lanes cover 128 at most)."""
     check_native("cuda")
     edge_index, num_src, num_rows, _, _, _ = hub_case("cpu")
     graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_rows))
     threshold = torch.zeros((), dtype=torch.int64, device="cuda")
-    for reduce in REDUCES:
-        x64, grad64, ref_out, ref_grad, bound, ref_args = hub_reference("cpu", reduce, 64)
+    for reduce, width in itertools.product(REDUCES, (64, 130)):
+        x64, grad64, ref_out, ref_grad, bound, ref_args = hub_reference("cpu", reduce, width)
         x, grad = x64.to("cuda", dtype), grad64.to("cuda", dtype)
         for max_hubs in (1, 2, 10**6):
-            out = torch.full((num_rows, 64), math.nan, dtype=dtype, device="cuda")
-            arg = torch.full((num_rows, 64), 12345, dtype=torch.int16, device="cuda")
+            out = torch.full((num_rows, width), math.nan, dtype=dtype, device="cuda")
+            arg = torch.full((num_rows, width), 12345, dtype=torch.int16, device="cuda")
             _native.minmax(graph.rowptr, graph.col, x, reduce, threshold, max_hubs, out, arg)
             assert_same_values(out, ref_out, dtype)
             assert_arg(arg, ref_args[2], 2)

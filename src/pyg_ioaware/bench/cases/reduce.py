@@ -84,7 +84,8 @@ def hub_split(graph, quantile: float) -> Dict[str, object]:
     """How the min / max kernels split the rows of ``graph`` (rows =
     destinations) at hub quantile ``quantile``: rows of more than
     ``threshold`` = max(the quantile of the row degrees, MIN_HUB_DEGREE)
-    entries go to the hub kernel (256-entry chunks over all SMs; a graph of
+    entries go to the hub kernel (chunks of 256 entries over all SMs, fewer
+    where the graph's entries would not fill the GPU with them; a graph of
     at most hubs.SMALL_STRUCTURE_ENTRIES entries reports quantile degree 0,
     the kernels then split every row above MIN_HUB_DEGREE); the rest
     (light rows) a warp each. ``used``: whether the kernels that run here split at all (CUDA
