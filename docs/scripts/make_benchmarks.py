@@ -183,6 +183,12 @@ RUN_TITLES = {
     "results_h200_mixed_bias_minibatch":
         "GCNConv mini-batch steps after the autocast bias over 16-bit features went inside "
         "the mixed aggregation (issue 5)",
+    "results_h200_hub_chunk_min512":
+        "Min aggregation D=512 against PyG after the min / max hub chunks shrank to fill "
+        "the GPU on mid-sized graphs, H200 (issue 7)",
+    "results_h200_hub_chunk_min512_before":
+        "Min aggregation D=512 against PyG (fp32) on the tree before the smaller hub "
+        "chunks, on the same machine as the one after them, H200 (issue 7)",
     "results_h200_narrow_arg_min512":
         "Min aggregation D=512 against PyG after the min / max arg went to codes of one or "
         "two bytes (the winner's position in its row), H200 (issue 7)",

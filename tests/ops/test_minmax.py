@@ -671,6 +671,44 @@ def test_cuda_sanitizer_hub_chunks(dtype, monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_cuda_hubs_of_a_structure_with_full_chunks(dtype):
+    """The kernels cut hubs into chunks of 256 entries where the structure
+    has enough entries to fill the GPU's warps twice over with them, and
+    into smaller chunks below (the other hub tests: 32 on an H200). Here
+    hubs of 100k entries make a structure past that size on this GPU; its
+    tie-heavy features (every hub element tied across chunks) against PyG's
+    float64 result, forward (out, both arg widths) and backward."""
+    check_native("cuda")
+    props = torch.cuda.get_device_properties(0)
+    warps = props.multi_processor_count * getattr(props, "max_threads_per_multi_processor",
+                                                  2048) // 32
+    hub_entries, light_rows, num_src, width = 100_000, 50_000, 20_000, 4
+    num_hubs = -(-2 * warps * MIN_HUB_DEGREE * 11 // 10 // hub_entries)
+    gen = torch.Generator().manual_seed(seed_of("minmax-full-chunks", dtype))
+    degree = torch.cat([torch.full((num_hubs,), hub_entries),
+                        torch.randint(0, 5, (light_rows,), generator=gen)])
+    dst = torch.repeat_interleave(torch.arange(degree.numel()), degree)
+    edge_index = torch.stack([torch.randint(num_src, (dst.numel(),), generator=gen), dst])
+    assert edge_index.size(1) >= 2 * warps * MIN_HUB_DEGREE
+    graph = Graph.from_edge_index(edge_index.cuda(), (num_src, degree.numel()))
+    x = features(num_src, width, "ties", dtype, gen)
+    grad = grad_values(degree.numel(), width, dtype, gen)
+    for reduce in REDUCES:
+        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), degree.numel(),
+                                                 reduce, grad.double())
+        for arg_bytes in ARG_BYTES:
+            out, arg = forward_op(graph.rowptr, graph.col, x.cuda(), reduce,
+                                  arg_bytes=arg_bytes)
+            assert_same_values(out, ref_out, dtype)
+            assert_arg(arg, expected_arg(graph.rowptr, graph.col, x.double(), ref_out,
+                                         arg_bytes), arg_bytes)
+            gx = backward_op(graph.rowptr, graph.col, None, None, x.cuda(), out, arg,
+                             grad.cuda(), reduce)
+            assert_grad_close(gx, ref_grad, bound, dtype)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 def test_cuda_full_hub_list(dtype):
     """More hubs than hub slots: the rows the list refuses are done whole
