@@ -319,6 +319,30 @@ def test_explicit_small_cases(dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_rows_whose_winner_is_the_worst_infinity(reduce, dtype, device):
+    """Rows where the worst value (+inf for min, -inf for max), which a
+    lane's running winner starts from, wins or ties: a lone one keeps its
+    position, two walk; NaN in either order walks; widths of one and of
+    several pieces a lane."""
+    check_native(device)
+    worst = math.inf if reduce == "min" else -math.inf
+    values = [worst, 1.0, math.nan]  # sources 0, 1, 2
+    rows = [[0], [0, 0], [1, 0], [0, 1], [2, 0], [0, 2], [0, 1, 0]]
+    want = [worst, worst, 1.0, 1.0, math.nan, math.nan, 1.0]
+    rowptr = torch.tensor([0] + [len(r) for r in rows]).cumsum(0).to(device)
+    col = torch.tensor([s for r in rows for s in r]).to(device)
+    walk = walk_code(1)
+    for width in (1, 8, 130):
+        x = torch.tensor(values, dtype=torch.float64).repeat_interleave(width).view(3, width)
+        out, arg = forward_op(rowptr, col, x.to(dtype).to(device), reduce, arg_bytes=1)
+        assert_same_values(out, torch.tensor(want, dtype=torch.float64)[:, None].expand(-1, width),
+                           dtype)
+        assert (codes(arg) == torch.tensor([0, walk, 0, 1, walk, walk, 1])[:, None]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_aggregate_size_flow_heads_and_empty(device):
     """aggregate's bipartite pairs, flow="target_to_source", 3-D features,
     width 0, no sources, and no edge weights for min / max."""
