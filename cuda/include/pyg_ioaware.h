@@ -268,9 +268,10 @@ PYGIO_API int pygio_spmm_csr(const pygio_spmm_csr_params* params);
  * (1 or 2) bytes, W = 2^(8 arg_bytes) - 2:
  *   code < W    the whole gradient goes to the source of entry
  *               rowptr[r] + code (the row's one entry equal to the result);
- *   code == W   walk the row in backward: a tie, a zero or a NaN result,
- *               or a winner beyond the W-th entry of its row (the walk
- *               finds it again: always right, only slower);
+ *   code == W   walk the row in backward: a tie, a zero, NaN or
+ *               worst-infinity result (+inf for min, -inf for max), or a
+ *               winner beyond the W-th entry of its row (the walk finds it
+ *               again: always right, only slower);
  *   code == W+1 the row has no entries.
  * One byte suits rows of at most W = 254 entries, two bytes W = 65534.
  * Sources are int32: a.num_cols must be below 2^31.

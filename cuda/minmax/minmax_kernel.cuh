@@ -99,7 +99,7 @@ __device__ __forceinline__ void winner_result(typename Traits::Word::type w, int
     return;
   }
   *value = value_of_rank<Traits::kMax>(Word::rank(w));
-  *code = arg_code(Word::position(w), Word::tied(w), *value, bytes);
+  *code = arg_code<Traits::kMax>(Word::position(w), Word::tied(w), *value, bytes);
 }
 
 template <typename Traits>

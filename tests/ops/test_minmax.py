@@ -79,12 +79,13 @@ def pyg_reference(edge_index, x64, num_dst, reduce, grad64):
     return out.detach(), grad, bound
 
 
-def expected_arg(rowptr, col, x64, out64, arg_bytes):
+def expected_arg(rowptr, col, x64, out64, reduce, arg_bytes):
     """The arg codes pyg_ioaware.h specifies for the CSR (rowptr, col) and
     the float64 result, as int64: the position in its row of the entry
     equal to the result (NaN equal to NaN) where it alone takes the
-    gradient; W = walk_code(arg_bytes) where the result is tied, zero or NaN
-    or that position is W or more; W + 1 where the row has no entry."""
+    gradient; W = walk_code(arg_bytes) where the result is tied, zero, NaN
+    or the worst infinity (+inf for min, -inf for max) or that position is
+    W or more; W + 1 where the row has no entry."""
     rowptr, col = rowptr.cpu().long(), col.cpu().long()
     num_dst, width = out64.shape
     dst = torch.repeat_interleave(torch.arange(num_dst), rowptr.diff())
@@ -97,7 +98,8 @@ def expected_arg(rowptr, col, x64, out64, arg_bytes):
     candidates = torch.where(equal, position.expand_as(messages), beyond)
     winner = torch.full((num_dst, width), beyond).scatter_reduce_(0, index, candidates, "amin")
     walk = walk_code(arg_bytes)
-    walks = (count > 1) | (out64 == 0) | out64.isnan() | (winner >= walk)
+    worst = math.inf if reduce == "min" else -math.inf
+    walks = (count > 1) | (out64 == 0) | out64.isnan() | (out64 == worst) | (winner >= walk)
     return winner.masked_fill_(walks, walk).masked_fill_(count == 0, walk + 1)
 
 
@@ -211,7 +213,7 @@ def run_property_case(name, reduce, width, dtype, kind, device, index_dtype):
     for arg_bytes in ARG_BYTES:  # one byte: rows past 254 entries walk
         o, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce, arg_bytes=arg_bytes)
         assert_same_values(o, ref_out, dtype)
-        assert_arg(arg, expected_arg(graph.rowptr, graph.col, x.double(), ref_out, arg_bytes),
+        assert_arg(arg, expected_arg(graph.rowptr, graph.col, x.double(), ref_out, reduce, arg_bytes),
                    arg_bytes)
         for rowptr_t, col_t in ((None, None), (transpose.rowptr, transpose.col)):
             gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x_dev, o, arg, grad_dev,
@@ -323,9 +325,10 @@ def test_explicit_small_cases(dtype, device):
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_rows_whose_winner_is_the_worst_infinity(reduce, dtype, device):
     """Rows where the worst value (+inf for min, -inf for max), which a
-    lane's running winner starts from, wins or ties: a lone one keeps its
-    position, two walk; NaN in either order walks; widths of one and of
-    several pieces a lane."""
+    lane's running winner starts from, wins (walks, alone or tied) or
+    loses (the better entry keeps its position); NaN in either order walks;
+    widths of one and of several pieces a lane. The gradient of a lone
+    worst infinity still goes to its one source."""
     check_native(device)
     worst = math.inf if reduce == "min" else -math.inf
     values = [worst, 1.0, math.nan]  # sources 0, 1, 2
@@ -339,7 +342,14 @@ def test_rows_whose_winner_is_the_worst_infinity(reduce, dtype, device):
         out, arg = forward_op(rowptr, col, x.to(dtype).to(device), reduce, arg_bytes=1)
         assert_same_values(out, torch.tensor(want, dtype=torch.float64)[:, None].expand(-1, width),
                            dtype)
-        assert (codes(arg) == torch.tensor([0, walk, 0, 1, walk, walk, 1])[:, None]).all()
+        assert (codes(arg) == torch.tensor([walk, walk, 0, 1, walk, walk, 1])[:, None]).all()
+        grad = torch.arange(1.0, len(rows) + 1, dtype=torch.float64)[:, None].expand(-1, width)
+        edge_index = torch.stack([col.cpu(), torch.repeat_interleave(
+            torch.arange(len(rows)), rowptr.diff().cpu())])
+        _, ref_grad, bound = pyg_reference(edge_index, x, len(rows), reduce, grad)
+        gx = backward_op(rowptr, col, None, None, x.to(dtype).to(device), out, arg,
+                         grad.to(dtype).to(device), reduce)
+        assert_grad_close(gx, ref_grad, bound, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -578,7 +588,7 @@ def hub_reference(scale, reduce, width):
     # edge_index is in CSR order
     rowptr = torch.cat([torch.zeros(1, dtype=torch.long),
                         torch.bincount(edge_index[1], minlength=num_rows).cumsum(0)])
-    args = {b: expected_arg(rowptr, edge_index[0], x, out, b) for b in ARG_BYTES}
+    args = {b: expected_arg(rowptr, edge_index[0], x, out, reduce, b) for b in ARG_BYTES}
     return x, grad, out, ref_grad, bound, args
 
 
@@ -726,7 +736,7 @@ def test_cuda_hubs_of_a_structure_with_full_chunks(dtype):
                                   arg_bytes=arg_bytes)
             assert_same_values(out, ref_out, dtype)
             assert_arg(arg, expected_arg(graph.rowptr, graph.col, x.double(), ref_out,
-                                         arg_bytes), arg_bytes)
+                                         reduce, arg_bytes), arg_bytes)
             gx = backward_op(graph.rowptr, graph.col, None, None, x.cuda(), out, arg,
                              grad.cuda(), reduce)
             assert_grad_close(gx, ref_grad, bound, dtype)

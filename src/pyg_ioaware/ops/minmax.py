@@ -13,9 +13,9 @@ or int16 holding an unsigned 16-bit code; an empty tensor without
 ``with_arg``) tells the backward where each element's gradient goes, with
 W = 2^(8 arg_bytes) - 2 (:func:`walk_code`): code < W, to the source of the
 row's entry at that position (the one entry equal to the result); W, to
-the entries a walk of the row finds equal to the result (a tie, a zero or
-NaN result, or a winner past position W - 1); W + 1, nowhere (an empty
-row). Narrow codes cost a walk on long rows, never a wrong gradient.
+the entries a walk of the row finds equal to the result (a tie, a zero,
+NaN or worst-infinity result: +inf for min, -inf for max, or a winner
+past position W - 1); W + 1, nowhere (an empty row). Narrow codes cost a walk on long rows, never a wrong gradient.
 
 ``pyg_ioaware::neighbor_minmax_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce) -> grad_x``
 
@@ -39,6 +39,7 @@ access.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import torch
@@ -119,7 +120,8 @@ def minmax_reference(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
     position = _positions(rowptr, row).unsqueeze(1).expand_as(messages)
     winner = torch.full((num_rows, width), walk, dtype=torch.long, device=x.device)
     winner.scatter_reduce_(0, index, torch.where(equal, position, walk), "amin")
-    walks = (count > 1) | (out == 0) | out.isnan() | (winner >= walk)
+    worst = math.inf if reduce == "min" else -math.inf
+    walks = (count > 1) | (out == 0) | out.isnan() | (out == worst) | (winner >= walk)
     arg = winner.masked_fill_(walks, walk).masked_fill_(count == 0, walk + 1)
     return out, arg.to(ARG_DTYPES[arg_bytes])
 
@@ -255,8 +257,9 @@ def neighbor_minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
     Returns:
         (Tensor, Tensor): ``out`` [R, F] in ``x``'s dtype, and ``arg`` [R,
         F] (the winner's position in its row; W = 2^(8 arg_bytes) - 2 where
-        the backward walks the row: a tie, a zero or NaN result, a position
-        past W - 1; W + 1 for an empty row), or an empty tensor without
+        the backward walks the row: a tie, a zero, NaN or worst-infinity
+        result (+inf for min, -inf for max), a position past W - 1; W + 1
+        for an empty row), or an empty tensor without
         ``with_arg``.
     """
     _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes)
