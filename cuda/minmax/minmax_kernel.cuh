@@ -46,16 +46,14 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
   using index_t = typename Traits::index_t;
   using offset_t = typename Traits::offset_t;
   using Word = typename Traits::Word;
-  using Lane = LaneWinner<typename Traits::acc_t, Traits::kMax>;
   constexpr int V = Traits::kVec, U = Traits::kUnroll;
   const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const uint64_t row_bytes = static_cast<uint64_t>(p.x_row_stride) * sizeof(scalar_t);
   const bool active = piece < p.width / V;
   const int sub = layout.sub_group(lane), subs = layout.sub_groups();
-  Lane lane_best[V];
-#pragma unroll
-  for (int i = 0; i < V; ++i) lane_best[i] = Lane::none();
+  LaneWinners<scalar_t, Traits::kMax, V> winners;
+  winners.init();
   // The next step's sources load while this step's rows are gathered
   // (common/gather.cuh).
   const offset_t first = begin + sub, last = end, stride = subs;
@@ -74,15 +72,13 @@ __device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpL
       if (src[u] >= 0 && active) {
         const uint32_t low =
             WinnerWord<uint32_t>::low_of(position_in_row(e0 + stride * u, row_begin));
-#pragma unroll
-        for (int i = 0; i < V; ++i)
-          lane_best[i].take(DTypeTraits<scalar_t>::load(packs[u].v[i]), low);
+        winners.take(packs[u], low);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) src[u] = next[u];
   }
 #pragma unroll
-  for (int i = 0; i < V; ++i) best[i] = lane_best[i].word();
+  for (int i = 0; i < V; ++i) best[i] = winners.word(i);
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll
     for (int i = 0; i < V; ++i) best[i] = Word::merge(best[i], Word::shfl_xor(best[i], offset));

@@ -175,12 +175,95 @@ struct LaneWinner<float, kMax> {
     low = better ? entry_low : low | static_cast<uint32_t>(v == value);
     value = best_keeping_nan<kMax>(value, v);
   }
+  __device__ __forceinline__ unsigned long long word() const { return word_of(value, low); }
   // none() for a lane without entries (or with only NaN entries before its
   // first number: low 0, value NaN, the NaN word).
-  __device__ __forceinline__ unsigned long long word() const {
+  static __device__ __forceinline__ unsigned long long word_of(float value, uint32_t low) {
     const bool nan = value != value;
     if (low == 0 && !nan) return WinnerWord<uint32_t>::none();
     return static_cast<unsigned long long>(rank_of<kMax>(value)) << 32 | low | (nan ? 1u : 0u);
+  }
+};
+
+// The winners of the V elements of a lane's piece: a LaneWinner each.
+template <typename scalar_t, bool kMax, int V, typename = void>
+struct LaneWinners {
+  using acc_t = typename DTypeTraits<scalar_t>::acc;
+  LaneWinner<acc_t, kMax> element[V];
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int i = 0; i < V; ++i) element[i] = LaneWinner<acc_t, kMax>::none();
+  }
+  __device__ __forceinline__ void take(const Pack<scalar_t, V>& pack, uint32_t low) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) element[i].take(DTypeTraits<scalar_t>::load(pack.v[i]), low);
+  }
+  __device__ __forceinline__ auto word(int i) const { return element[i].word(); }
+};
+
+// 16-bit pieces on sm_90 and newer: the same rule on pairs of elements in
+// their packed 32-bit words (setp and min.NaN / max.NaN on bf16x2 or
+// f16x2: seven instructions a pair, where widening and comparing each
+// element took twelve); the values are widened (exactly) once, for word().
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kPackedCompares = false;
+#else
+constexpr bool kPackedCompares = true;
+#endif
+
+template <typename scalar_t, bool kMax, int V>
+struct LaneWinners<scalar_t, kMax, V,
+                   std::enable_if_t<sizeof(scalar_t) == 2 && V % 2 == 0 && kPackedCompares>> {
+  static constexpr bool kBf16 = std::is_same_v<scalar_t, __nv_bfloat16>;
+  unsigned value[V / 2];  // pairs of 16-bit values
+  uint32_t low[V];
+  __device__ __forceinline__ void init() {
+    // The worst infinity in both halves.
+    const unsigned worst = kBf16 ? (kMax ? 0xff80ff80u : 0x7f807f80u)
+                                 : (kMax ? 0xfc00fc00u : 0x7c007c00u);
+#pragma unroll
+    for (int w = 0; w < V / 2; ++w) value[w] = worst;
+#pragma unroll
+    for (int i = 0; i < V; ++i) low[i] = 0;
+  }
+  __device__ __forceinline__ void take(const Pack<scalar_t, V>& pack, uint32_t entry_low) {
+    unsigned words[V / 2];
+    memcpy(words, &pack, sizeof(words));
+#pragma unroll
+    for (int w = 0; w < V / 2; ++w) take_pair(words[w], entry_low, value[w], low[2 * w],
+                                              low[2 * w + 1]);
+  }
+  __device__ __forceinline__ unsigned long long word(int i) const {
+    const unsigned bits = value[i / 2];
+    float v;
+    const unsigned half = i % 2 == 0 ? bits & 0xffffu : bits >> 16;
+    if constexpr (kBf16) v = __uint_as_float(half << 16);
+    else v = __half2float(__ushort_as_half(static_cast<unsigned short>(half)));
+    return LaneWinner<float, kMax>::word_of(v, low[i]);
+  }
+
+ private:
+  // LaneWinner<float>::take on the two halves of `pair` at once.
+  static __device__ __forceinline__ void take_pair(unsigned pair, uint32_t entry_low,
+                                                   unsigned& best, uint32_t& low0,
+                                                   uint32_t& low1) {
+#define PYGIO_TAKE_PAIR(T, BETTER, BEST)                                            \
+  asm("{\n\t.reg .pred b0, b1, e0, e1;\n\t"                                        \
+      "setp." BETTER "." T " b0|b1, %2, %3;\n\t"                                     \
+      "setp.eq." T " e0|e1, %2, %3;\n\t"                                             \
+      "@e0 or.b32 %0, %0, 1;\n\t"                                                    \
+      "@e1 or.b32 %1, %1, 1;\n\t"                                                    \
+      "@b0 mov.b32 %0, %4;\n\t"                                                      \
+      "@b1 mov.b32 %1, %4;\n\t"                                                      \
+      BEST ".NaN." T " %2, %2, %3;\n\t}"                                             \
+      : "+r"(low0), "+r"(low1), "+r"(best)                                           \
+      : "r"(pair), "r"(entry_low))
+    // min: the entry is better where best > it; max: where best < it.
+    if constexpr (kBf16 && kMax) PYGIO_TAKE_PAIR("bf16x2", "lt", "max");
+    else if constexpr (kBf16) PYGIO_TAKE_PAIR("bf16x2", "gt", "min");
+    else if constexpr (kMax) PYGIO_TAKE_PAIR("f16x2", "lt", "max");
+    else PYGIO_TAKE_PAIR("f16x2", "gt", "min");
+#undef PYGIO_TAKE_PAIR
   }
 };
 
