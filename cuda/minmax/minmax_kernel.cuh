@@ -3,9 +3,11 @@
 //
 // Forward, out[r, f] = best over the entries e of row r of x[col[e], f]:
 //  - minmax_rows_kernel: a warp per row, laid out by WarpLayout (lanes span
-//    the features with kVec-wide loads, sub-groups take interleaved entries,
-//    kUnroll gathered loads in flight per lane), sub-group winners merged
-//    with shuffles; a row above the hub degree is only registered.
+//    the features with kVec-wide loads, kPieces of them a lane, sub-groups
+//    take interleaved entries, kUnroll entries in flight per lane), each
+//    lane's winners kept as values (LaneWinners) and merged over the
+//    sub-groups as words with shuffles; a row above the hub degree is only
+//    registered.
 //  - minmax_hub_chunks_kernel: a warp per chunk of a hub (MinMaxHubs::chunk
 //    entries), every chunk's winners merged into the hub's two words per
 //    element with two atomicMax, whose results nobody waits for (the
@@ -34,54 +36,70 @@
 namespace pygio {
 
 // The winner words of entries [begin, end) of the row starting at entry
-// row_begin for the piece `piece` of this lane, merged over the warp's
-// sub-groups (valid in sub-group 0). Every lane of the warp calls it with
-// the same arguments but `lane` and `piece`.
+// row_begin for the pieces layout.piece(lane, base, q), q < kPieces, of
+// this lane, merged over the warp's sub-groups (valid in sub-group 0).
+// Every lane of the warp calls it with the same arguments but `lane`.
 template <typename Traits>
-__device__ __forceinline__ void warp_winners(const pygio_minmax_params& p, WarpLayout layout,
-                                             int lane, int64_t piece, int64_t begin, int64_t end,
-                                             int64_t row_begin,
-                                             typename Traits::Word::type (&best)[Traits::kVec]) {
+__device__ __forceinline__ void warp_winners(
+    const pygio_minmax_params& p, WarpLayout layout, int lane, int64_t base, int64_t begin,
+    int64_t end, int64_t row_begin,
+    typename Traits::Word::type (&best)[Traits::kPieces][Traits::kVec]) {
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
   using offset_t = typename Traits::offset_t;
   using Word = typename Traits::Word;
-  constexpr int V = Traits::kVec, U = Traits::kUnroll;
+  constexpr int V = Traits::kVec, U = Traits::kUnroll, P = Traits::kPieces;
   const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
   const uint64_t row_bytes = static_cast<uint64_t>(p.x_row_stride) * sizeof(scalar_t);
-  const bool active = piece < p.width / V;
+  int64_t piece[P];
+  bool active[P];
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+    piece[q] = layout.piece(lane, base, q);
+    active[q] = piece[q] < p.width / V;
+  }
   const int sub = layout.sub_group(lane), subs = layout.sub_groups();
-  LaneWinners<scalar_t, Traits::kMax, V> winners;
-  winners.init();
+  LaneWinners<scalar_t, Traits::kMax, V> winners[P];
+#pragma unroll
+  for (int q = 0; q < P; ++q) winners[q].init();
   // The next step's sources load while this step's rows are gathered
   // (common/gather.cuh).
   const offset_t first = begin + sub, last = end, stride = subs;
   index_t src[U];
   if (first < last) load_sources(col, first, last, stride, src);
   for (offset_t e0 = first; e0 < last; e0 += stride * U) {
-    Pack<scalar_t, V> packs[U];
+    Pack<scalar_t, V> packs[U][P];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (src[u] >= 0 && active)
-        packs[u] = load_pack<V>(row_address(x + piece * V, src[u], row_bytes));
+#pragma unroll
+      for (int q = 0; q < P; ++q)
+        if (src[u] >= 0 && active[q])
+          packs[u][q] = load_pack<V>(row_address(x + piece[q] * V, src[u], row_bytes));
     index_t next[U];
     load_sources(col, e0 + stride * U, last, stride, next);
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (src[u] >= 0 && active) {
+      if (src[u] >= 0) {
         const uint32_t low =
             WinnerWord<uint32_t>::low_of(position_in_row(e0 + stride * u, row_begin));
-        winners.take(packs[u], low);
+#pragma unroll
+        for (int q = 0; q < P; ++q)
+          if (active[q]) winners[q].take(packs[u][q], low);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) src[u] = next[u];
   }
 #pragma unroll
-  for (int i = 0; i < V; ++i) best[i] = winners.word(i);
+  for (int q = 0; q < P; ++q)
+#pragma unroll
+    for (int i = 0; i < V; ++i) best[q][i] = winners[q].word(i);
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll
-    for (int i = 0; i < V; ++i) best[i] = Word::merge(best[i], Word::shfl_xor(best[i], offset));
+    for (int q = 0; q < P; ++q)
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        best[q][i] = Word::merge(best[q][i], Word::shfl_xor(best[q][i], offset));
 }
 
 // The output value and decoded arg code of a winner word (0 and
@@ -105,7 +123,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec;
+  constexpr int V = Traits::kVec, P = Traits::kPieces;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   auto* __restrict__ out = static_cast<scalar_t*>(p.out);
   const int lane = threadIdx.x % kWarpSize;
@@ -123,18 +141,22 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     if (hub_degree >= 0 && end - begin > hub_degree &&
         register_hub(hubs.list, row, end - begin, hubs.chunk, lane))
       continue;
-    for (int64_t base = 0; base < pieces; base += layout.lanes()) {
-      const int64_t piece = layout.piece(lane, base, 0);
-      typename Traits::Word::type best[V];
-      warp_winners<Traits>(p, layout, lane, piece, begin, end, begin, best);
-      if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
-      acc_t values[V];
-      int32_t codes[V];
+    for (int64_t base = 0; base < pieces; base += layout.lanes() * P) {
+      typename Traits::Word::type best[P][V];
+      warp_winners<Traits>(p, layout, lane, base, begin, end, begin, best);
 #pragma unroll
-      for (int i = 0; i < V; ++i)
-        winner_result<Traits>(best[i], p.arg_bytes, &values[i], &codes[i]);
-      store_pack<V>(out + row * p.out_row_stride + piece * V, values);
-      if (p.arg != nullptr) store_codes<V>(p.arg, p.arg_bytes, row * p.width + piece * V, codes);
+      for (int q = 0; q < P; ++q) {
+        const int64_t piece = layout.piece(lane, base, q);
+        if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
+        acc_t values[V];
+        int32_t codes[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          winner_result<Traits>(best[q][i], p.arg_bytes, &values[i], &codes[i]);
+        store_pack<V>(out + row * p.out_row_stride + piece * V, values);
+        if (p.arg != nullptr)
+          store_codes<V>(p.arg, p.arg_bytes, row * p.width + piece * V, codes);
+      }
     }
   }
 }
@@ -145,7 +167,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
                              const MinMaxHubs hubs) {
   using index_t = typename Traits::index_t;
   using Word = WinnerWord<uint32_t>;
-  constexpr int V = Traits::kVec;
+  constexpr int V = Traits::kVec, P = Traits::kPieces;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int64_t num_hubs = hub_count(hubs.list);
   const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(hubs.list) : 0;
@@ -159,17 +181,20 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, hubs.chunk, &begin,
                                          &end);
     const int64_t row_begin = rowptr[hubs.list.hubs[slot].row];
-    for (int64_t base = 0; base < pieces; base += layout.lanes()) {
-      const int64_t piece = layout.piece(lane, base, 0);
-      unsigned long long best[V];
-      warp_winners<Traits>(p, layout, lane, piece, begin, end, row_begin, best);
-      if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
+    for (int64_t base = 0; base < pieces; base += layout.lanes() * P) {
+      unsigned long long best[P][V];
+      warp_winners<Traits>(p, layout, lane, base, begin, end, row_begin, best);
 #pragma unroll
-      for (int i = 0; i < V; ++i) {
-        if (Word::rank(best[i]) == 0) continue;
-        const int64_t at = slot * p.width + piece * V + i;
-        atomicMax(hubs.words + at, best[i]);
-        atomicMax(hubs.last_words + at, last_position_word(best[i]));
+      for (int q = 0; q < P; ++q) {
+        const int64_t piece = layout.piece(lane, base, q);
+        if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          if (Word::rank(best[q][i]) == 0) continue;
+          const int64_t at = slot * p.width + piece * V + i;
+          atomicMax(hubs.words + at, best[q][i]);
+          atomicMax(hubs.last_words + at, last_position_word(best[q][i]));
+        }
       }
     }
   }

@@ -269,7 +269,7 @@ struct LaneWinners<scalar_t, kMax, V,
   }
 };
 
-template <typename scalar_t_, typename index_t_, int kVec_, bool kMax_>
+template <typename scalar_t_, typename index_t_, int kVec_, bool kMax_, int kPieces_ = 1>
 struct MinMaxTraits {
   using scalar_t = scalar_t_;  // x and out
   using index_t = index_t_;    // rowptr and col
@@ -286,7 +286,11 @@ struct MinMaxTraits {
   // min forward at D=512 (H200) measured pokec-like fp32 24.2 -> 23.4 ms,
   // bf16 23.3 -> 22.6 ms (2 in flight, 4 before), web-like 11.3 -> 11.1
   // and 14.8 -> 13.7 ms.
-  static constexpr int kUnroll = kVec >= 8 || sizeof(index_t_) == 8 ? 2 : 4;
+  // Pieces of kVec features a lane holds in the forward (1, or 2 for wide
+  // fp32 rows: minmax_launch.cu): the entries in flight divide among them.
+  static constexpr int kPieces = kPieces_;
+  static constexpr int kUnroll = (kVec >= 8 || sizeof(index_t_) == 8 ? 2 : 4) / kPieces;
+  using TwoPieces = MinMaxTraits<scalar_t_, index_t_, kVec_, kMax_, 2>;
   // Entries in flight per lane in backward walks: 4 (2 before; H200, min
   // D=512 bf16 backward with one walk, pokec-like 33.9 -> 31.2 ms, arxiv-like
   // 2.47 -> 2.23 ms, web-like 20.8 -> 21.2 ms).
@@ -297,6 +301,7 @@ struct MinMaxTraits {
   // bound by instruction issue and latency more than by bandwidth.
   static constexpr int kMinBlocksPerSm = 4;
   static_assert(sizeof(scalar_t) * kVec <= 16, "a lane loads at most 16 bytes at once");
+  static_assert(kPieces == 1 || kPieces == 2, "one or two pieces a lane");
 };
 
 // Whether two values tie: equal, -0.0 equal to +0.0, NaN equal to NaN
