@@ -213,8 +213,8 @@ def run_property_case(name, reduce, width, dtype, kind, device, index_dtype):
     for arg_bytes in ARG_BYTES:  # one byte: rows past 254 entries walk
         o, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce, arg_bytes=arg_bytes)
         assert_same_values(o, ref_out, dtype)
-        assert_arg(arg, expected_arg(graph.rowptr, graph.col, x.double(), ref_out, reduce, arg_bytes),
-                   arg_bytes)
+        assert_arg(arg, expected_arg(graph.rowptr, graph.col, x.double(), ref_out, reduce,
+                                     arg_bytes), arg_bytes)
         for rowptr_t, col_t in ((None, None), (transpose.rowptr, transpose.col)):
             gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x_dev, o, arg, grad_dev,
                              reduce)

@@ -15,7 +15,8 @@ W = 2^(8 arg_bytes) - 2 (:func:`walk_code`): code < W, to the source of the
 row's entry at that position (the one entry equal to the result); W, to
 the entries a walk of the row finds equal to the result (a tie, a zero,
 NaN or worst-infinity result: +inf for min, -inf for max, or a winner
-past position W - 1); W + 1, nowhere (an empty row). Narrow codes cost a walk on long rows, never a wrong gradient.
+past position W - 1); W + 1, nowhere (an empty row). Narrow codes cost a
+walk on long rows, never a wrong gradient.
 
 ``pyg_ioaware::neighbor_minmax_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce) -> grad_x``
 
@@ -259,8 +260,7 @@ def neighbor_minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
         F] (the winner's position in its row; W = 2^(8 arg_bytes) - 2 where
         the backward walks the row: a tie, a zero, NaN or worst-infinity
         result (+inf for min, -inf for max), a position past W - 1; W + 1
-        for an empty row), or an empty tensor without
-        ``with_arg``.
+        for an empty row), or an empty tensor without ``with_arg``.
     """
     _check_forward(rowptr, col, x, reduce, hub_quantile, with_arg, arg_bytes)
     checks.csr_structure_contents(rowptr, col, x.size(0), "pyg_ioaware::neighbor_minmax")
