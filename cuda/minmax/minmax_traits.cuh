@@ -175,8 +175,9 @@ struct LaneWinner<float, kMax> {
     value = best_keeping_nan<kMax>(value, v);
   }
   __device__ __forceinline__ unsigned long long word() const { return word_of(value, low); }
-  // none() for a lane without entries (or with only NaN entries before its
-  // first number: low 0, value NaN, the NaN word).
+  // The word of (value, low): none for a lane without entries (low 0 and
+  // the starting value); a NaN value's word carries the tie bit, also
+  // where a NaN came first and left low 0.
   static __device__ __forceinline__ unsigned long long word_of(float value, uint32_t low) {
     const bool nan = value != value;
     if (low == 0 && !nan) return WinnerWord<uint32_t>::none();
