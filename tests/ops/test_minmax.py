@@ -747,8 +747,10 @@ def test_cuda_hubs_of_a_structure_with_full_chunks(dtype):
 def test_cuda_full_hub_list(dtype):
     """More hubs than hub slots: the rows the list refuses are done whole
     (the native wrappers called directly with max_hubs = 1 and a threshold
-    of 0, forward and backward), in one pass over the features and in three
-    (130 features: the warp's lanes cover 128 at most)."""
+    of 0, forward and backward), in one pass over the features and in
+    several (130 features: 65 two-feature pieces, more than a warp holds in
+    one pass: three passes of one piece a lane, two where fp32 forward rows
+    take two pieces a lane)."""
     check_native("cuda")
     edge_index, num_src, num_rows, _, _, _ = hub_case("cpu")
     graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_rows))
