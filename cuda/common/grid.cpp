@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include <cuda_runtime.h>
 
@@ -31,17 +34,53 @@ int read_device_shape(int device, int* sm_count, int* threads_per_sm) {
   return PYGIO_OK;
 }
 
+// Resident blocks an SM of each (kernel, block size, device), asked of the
+// runtime once (a launch's host time counts on small graphs).
+using OccupancyKey = std::tuple<const void*, int, int>;
+std::mutex occupancy_mutex;
+std::map<OccupancyKey, int> occupancy;
+
+int kernel_blocks_per_sm(const void* kernel, int threads_per_block, int device, int* blocks) {
+  const OccupancyKey key{kernel, threads_per_block, device};
+  {
+    std::lock_guard<std::mutex> lock(occupancy_mutex);
+    const auto known = occupancy.find(key);
+    if (known != occupancy.end()) {
+      *blocks = known->second;
+      return PYGIO_OK;
+    }
+  }
+  PYGIO_CHECK_CUDA(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads_per_block, 0));
+  std::lock_guard<std::mutex> lock(occupancy_mutex);
+  occupancy[key] = *blocks;
+  return PYGIO_OK;
+}
+
+int grid_of(int64_t work, int64_t items_per_block, int64_t resident, unsigned* grid) {
+  const int64_t needed = (work + items_per_block - 1) / items_per_block;
+  *grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, resident)));
+  return PYGIO_OK;
+}
+
 }  // namespace
 
 int resident_grid(int64_t work, int64_t items_per_block, int threads_per_block, int device,
                   unsigned* grid) {
   int sm_count = 0, threads_per_sm = 0;
   PYGIO_TRY(read_device_shape(device, &sm_count, &threads_per_sm));
-  const int64_t needed = (work + items_per_block - 1) / items_per_block;
-  const int64_t resident =
-      static_cast<int64_t>(sm_count) * std::max(1, threads_per_sm / threads_per_block);
-  *grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, resident)));
-  return PYGIO_OK;
+  return grid_of(work, items_per_block,
+                 static_cast<int64_t>(sm_count) * std::max(1, threads_per_sm / threads_per_block),
+                 grid);
+}
+
+int resident_grid(const void* kernel, int64_t work, int64_t items_per_block,
+                  int threads_per_block, int device, unsigned* grid) {
+  int sm_count = 0, threads_per_sm = 0, blocks_per_sm = 0;
+  PYGIO_TRY(read_device_shape(device, &sm_count, &threads_per_sm));
+  PYGIO_TRY(kernel_blocks_per_sm(kernel, threads_per_block, device, &blocks_per_sm));
+  return grid_of(work, items_per_block,
+                 static_cast<int64_t>(sm_count) * std::max(1, blocks_per_sm), grid);
 }
 
 }  // namespace pygio
