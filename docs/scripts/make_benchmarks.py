@@ -183,6 +183,12 @@ RUN_TITLES = {
     "results_h200_mixed_bias_minibatch":
         "GCNConv mini-batch steps after the autocast bias over 16-bit features went inside "
         "the mixed aggregation (issue 5)",
+    "results_h200_one_wave_min512":
+        "Min aggregation D=512 against PyG after the fp32 min / max backward went to one "
+        "wave of its own resident blocks, H200 (issue 7)",
+    "results_h200_one_wave_min512_before":
+        "Min aggregation D=512 against PyG on the tree before the one-wave fp32 backward, "
+        "timed in the same call, H200 (issue 7)",
     "results_h200_lane_winners_min512":
         "Min aggregation D=512 against PyG after the forward kept each lane's winners as "
         "values (16-bit pairs packed, fp32 rows two pieces a lane), H200 (issue 7)",
