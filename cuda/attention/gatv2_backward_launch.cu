@@ -68,7 +68,8 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
   unsigned grid = 0;
   // Destination pass: grad_x_r and G.
   if (p.a.num_rows > 0) {
-    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(attention::pass_grid<Traits>(gatv2_backward_rows_kernel<Traits>, p.a.num_rows,
+                                           p.device, &grid));
     gatv2_backward_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
     PYGIO_CHECK_CUDA(cudaGetLastError());
   }
@@ -84,7 +85,8 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
   }
   // Source pass: grad_x_l, grad_edge and grad_att.
   if (p.a.num_cols > 0) {
-    PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(attention::pass_grid<Traits>(gatv2_backward_sources_kernel<Traits>, p.a.num_cols,
+                                           p.device, &grid, shared_bytes));
     gatv2_backward_sources_kernel<Traits>
         <<<grid, kThreads, shared_bytes, stream>>>(p, shape, hubs_t, g, shared_att);
     PYGIO_CHECK_CUDA(cudaGetLastError());

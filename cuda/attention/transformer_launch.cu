@@ -131,7 +131,8 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
   unsigned grid = 0;
   // Destination pass: grad_q and Delta.
   if (p.a.num_rows > 0) {
-    PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(attention::pass_grid<Traits>(transformer_backward_rows_kernel<Traits>, p.a.num_rows,
+                                           p.device, &grid));
     transformer_backward_rows_kernel<Traits>
         <<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, delta);
     PYGIO_CHECK_CUDA(cudaGetLastError());
@@ -151,7 +152,8 @@ int launch_backward(const pygio_transformer_backward_params& p, const GatShape& 
   }
   // Source pass: grad_k, grad_v and grad_edge.
   if (p.a.num_cols > 0) {
-    PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, kThreads, p.device, &grid));
+    PYGIO_TRY(attention::pass_grid<Traits>(transformer_backward_sources_kernel<Traits>,
+                                           p.a.num_cols, p.device, &grid));
     transformer_backward_sources_kernel<Traits>
         <<<grid, kThreads, 0, stream>>>(p, shape, hubs_t, delta);
     PYGIO_CHECK_CUDA(cudaGetLastError());

@@ -34,14 +34,16 @@ int read_device_shape(int device, int* sm_count, int* threads_per_sm) {
   return PYGIO_OK;
 }
 
-// Resident blocks an SM of each (kernel, block size, device), asked of the
-// runtime once (a launch's host time counts on small graphs).
-using OccupancyKey = std::tuple<const void*, int, int>;
+// Resident blocks an SM of each (kernel, block size, dynamic shared
+// memory, device), asked of the runtime once (a launch's host time counts
+// on small graphs).
+using OccupancyKey = std::tuple<const void*, int, size_t, int>;
 std::mutex occupancy_mutex;
 std::map<OccupancyKey, int> occupancy;
 
-int kernel_blocks_per_sm(const void* kernel, int threads_per_block, int device, int* blocks) {
-  const OccupancyKey key{kernel, threads_per_block, device};
+int kernel_blocks_per_sm(const void* kernel, int threads_per_block, size_t shared_bytes,
+                         int device, int* blocks) {
+  const OccupancyKey key{kernel, threads_per_block, shared_bytes, device};
   {
     std::lock_guard<std::mutex> lock(occupancy_mutex);
     const auto known = occupancy.find(key);
@@ -50,8 +52,8 @@ int kernel_blocks_per_sm(const void* kernel, int threads_per_block, int device, 
       return PYGIO_OK;
     }
   }
-  PYGIO_CHECK_CUDA(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads_per_block, 0));
+  PYGIO_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel,
+                                                                 threads_per_block, shared_bytes));
   std::lock_guard<std::mutex> lock(occupancy_mutex);
   occupancy[key] = *blocks;
   return PYGIO_OK;
@@ -75,10 +77,11 @@ int resident_grid(int64_t work, int64_t items_per_block, int threads_per_block, 
 }
 
 int resident_grid(const void* kernel, int64_t work, int64_t items_per_block,
-                  int threads_per_block, int device, unsigned* grid) {
+                  int threads_per_block, int device, unsigned* grid, size_t shared_bytes) {
   int sm_count = 0, threads_per_sm = 0, blocks_per_sm = 0;
   PYGIO_TRY(read_device_shape(device, &sm_count, &threads_per_sm));
-  PYGIO_TRY(kernel_blocks_per_sm(kernel, threads_per_block, device, &blocks_per_sm));
+  PYGIO_TRY(kernel_blocks_per_sm(kernel, threads_per_block, shared_bytes, device,
+                                 &blocks_per_sm));
   return grid_of(work, items_per_block,
                  static_cast<int64_t>(sm_count) * std::max(1, blocks_per_sm), grid);
 }

@@ -2,6 +2,7 @@
 // the blocks the device holds resident at once.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -20,15 +21,16 @@ int resident_grid(int64_t work, int64_t items_per_block, int threads_per_block, 
                   unsigned* grid);
 
 // The same capped at the blocks of `kernel` resident at once (its
-// registers counted): one wave, for kernels that gain from it.
+// registers and shared memory counted, shared_bytes of it dynamic): one
+// wave, for kernels that gain from it.
 int resident_grid(const void* kernel, int64_t work, int64_t items_per_block,
-                  int threads_per_block, int device, unsigned* grid);
+                  int threads_per_block, int device, unsigned* grid, size_t shared_bytes = 0);
 
 template <typename... Args>
 int resident_grid(void (*kernel)(Args...), int64_t work, int64_t items_per_block,
-                  int threads_per_block, int device, unsigned* grid) {
+                  int threads_per_block, int device, unsigned* grid, size_t shared_bytes = 0) {
   return resident_grid(reinterpret_cast<const void*>(kernel), work, items_per_block,
-                       threads_per_block, device, grid);
+                       threads_per_block, device, grid, shared_bytes);
 }
 
 }  // namespace pygio
