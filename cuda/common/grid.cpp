@@ -36,7 +36,8 @@ int read_device_shape(int device, int* sm_count, int* threads_per_sm) {
 
 // Resident blocks an SM of each (kernel, block size, dynamic shared
 // memory, device), asked of the runtime once (a launch's host time counts
-// on small graphs).
+// on small graphs), for the current device: every launcher makes `device`
+// current first.
 using OccupancyKey = std::tuple<const void*, int, size_t, int>;
 std::mutex occupancy_mutex;
 std::map<OccupancyKey, int> occupancy;

@@ -179,14 +179,14 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
   }
   if (p.a.num_rows > 0 && p.a.nnz > 0) {
     const WarpLayout layout = warp_layout(p.width / Traits::kVec);
-    // fp32: one wave of the kernel's own resident blocks (80 registers: 3
-    // blocks an SM, where the thread limit's grid made 2.67 waves). H200,
-    // min backward: D=512 arxiv-like 0.545-0.559 -> 0.519-0.537 ms, web-like
-    // 7.97 -> 7.58; D=64 roads-like 0.118 -> 0.108, web-like 1.80-1.84 ->
-    // 1.66-1.68; pokec-like within 2% either way. 16-bit rows keep the
-    // thread limit's grid: their ties make walks of uneven cost, which the
-    // later waves' blocks balanced (one wave: arxiv-like bf16 D=512 1.90 ->
-    // 2.03, though pokec-like 30.5 -> 29.5).
+    // fp32: one wave of the kernel's own resident blocks (80 registers at
+    // D=512: 3 blocks an SM, where the thread limit's grid made 2.67 waves).
+    // H200, min backward: D=512 arxiv-like 0.545-0.576 -> 0.519-0.537 ms,
+    // web-like 7.87-7.97 -> 7.58-7.60; D=64 roads-like 0.114-0.118 -> 0.107,
+    // web-like 1.80-1.84 -> 1.66-1.68; pokec-like within 2% either way.
+    // 16-bit rows keep the thread limit's grid: their ties make walks of
+    // uneven cost, which the later waves' blocks balanced (one wave:
+    // arxiv-like bf16 D=512 1.90 -> 2.03, though pokec-like 30.5 -> 29.5).
     if constexpr (std::is_same_v<scalar_t, float>)
       PYGIO_TRY(resident_grid(minmax_grad_rows_kernel<Traits>, p.a.num_rows,
                               Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
