@@ -186,6 +186,9 @@ RUN_TITLES = {
     "results_h200_one_wave_gatv2":
         "GATv2Conv (2, 64) against PyG after the 16-bit attention backward passes went "
         "to one wave of their own resident blocks, H200 (issue 8)",
+    "results_h200_one_wave_minibatch":
+        "SAGEConv (max, mean) and GATv2Conv mini-batch steps on the library with one-wave "
+        "grids for the fp32 min / max and 16-bit attention backwards, H200 (issues 7, 8)",
     "results_h200_one_wave_min512":
         "Min aggregation D=512 against PyG after the fp32 min / max backward went to one "
         "wave of its own resident blocks, H200 (issue 7)",
