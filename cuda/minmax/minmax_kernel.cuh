@@ -91,15 +91,36 @@ __device__ __forceinline__ void warp_winners(
     for (int u = 0; u < U; ++u) src[u] = next[u];
   }
 #pragma unroll
-  for (int q = 0; q < P; ++q)
-#pragma unroll
-    for (int i = 0; i < V; ++i) best[q][i] = winners[q].word(i);
+  for (int q = 0; q < P; ++q) winners[q].words(best[q]);
   for (int offset = layout.lanes(); offset < kWarpSize; offset <<= 1)
 #pragma unroll
     for (int q = 0; q < P; ++q)
 #pragma unroll
       for (int i = 0; i < V; ++i)
         best[q][i] = Word::merge(best[q][i], Word::shfl_xor(best[q][i], offset));
+}
+
+// Calls visit(piece, best) for every piece of the row whose entries
+// [begin, end) this lane's warp reduces (rows starting at entry
+// row_begin), in passes of layout.lanes() * kPieces pieces: `best` holds
+// the piece's V winner words, merged over the warp; only sub-group 0's
+// lanes visit. Every lane of the warp calls it alike.
+template <typename Traits, typename Visit>
+__device__ __forceinline__ void for_each_piece_winners(const pygio_minmax_params& p,
+                                                       WarpLayout layout, int lane,
+                                                       int64_t begin, int64_t end,
+                                                       int64_t row_begin, Visit visit) {
+  constexpr int V = Traits::kVec, P = Traits::kPieces;
+  const int64_t pieces = p.width / V;
+  for (int64_t base = 0; base < pieces; base += layout.lanes() * P) {
+    typename Traits::Word::type best[P][V];
+    warp_winners<Traits>(p, layout, lane, base, begin, end, row_begin, best);
+#pragma unroll
+    for (int q = 0; q < P; ++q) {
+      const int64_t piece = layout.piece(lane, base, q);
+      if (layout.sub_group(lane) == 0 && piece < pieces) visit(piece, best[q]);
+    }
+  }
 }
 
 // The output value and decoded arg code of a winner word (0 and
@@ -123,12 +144,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec, P = Traits::kPieces;
+  constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   auto* __restrict__ out = static_cast<scalar_t*>(p.out);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  const int64_t pieces = p.width / V;
   int64_t hub_degree = -1;  // no split
   if (hubs.list.hubs != nullptr) {
     hub_degree = *hubs.degree;
@@ -141,23 +161,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     if (hub_degree >= 0 && end - begin > hub_degree &&
         register_hub(hubs.list, row, end - begin, hubs.chunk, lane))
       continue;
-    for (int64_t base = 0; base < pieces; base += layout.lanes() * P) {
-      typename Traits::Word::type best[P][V];
-      warp_winners<Traits>(p, layout, lane, base, begin, end, begin, best);
+    for_each_piece_winners<Traits>(
+        p, layout, lane, begin, end, begin,
+        [&](int64_t piece, const typename Traits::Word::type (&best)[V]) {
+          acc_t values[V];
+          int32_t codes[V];
 #pragma unroll
-      for (int q = 0; q < P; ++q) {
-        const int64_t piece = layout.piece(lane, base, q);
-        if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
-        acc_t values[V];
-        int32_t codes[V];
-#pragma unroll
-        for (int i = 0; i < V; ++i)
-          winner_result<Traits>(best[q][i], p.arg_bytes, &values[i], &codes[i]);
-        store_pack<V>(out + row * p.out_row_stride + piece * V, values);
-        if (p.arg != nullptr)
-          store_codes<V>(p.arg, p.arg_bytes, row * p.width + piece * V, codes);
-      }
-    }
+          for (int i = 0; i < V; ++i)
+            winner_result<Traits>(best[i], p.arg_bytes, &values[i], &codes[i]);
+          store_pack<V>(out + row * p.out_row_stride + piece * V, values);
+          if (p.arg != nullptr)
+            store_codes<V>(p.arg, p.arg_bytes, row * p.width + piece * V, codes);
+        });
   }
 }
 
@@ -167,13 +182,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
                              const MinMaxHubs hubs) {
   using index_t = typename Traits::index_t;
   using Word = WinnerWord<uint32_t>;
-  constexpr int V = Traits::kVec, P = Traits::kPieces;
+  constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int64_t num_hubs = hub_count(hubs.list);
   const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(hubs.list) : 0;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  const int64_t pieces = p.width / V;
   for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                        threadIdx.x / kWarpSize;
        chunk < num_chunks; chunk += warps) {
@@ -181,22 +195,17 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kMinBlocksPe
     const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, hubs.chunk, &begin,
                                          &end);
     const int64_t row_begin = rowptr[hubs.list.hubs[slot].row];
-    for (int64_t base = 0; base < pieces; base += layout.lanes() * P) {
-      unsigned long long best[P][V];
-      warp_winners<Traits>(p, layout, lane, base, begin, end, row_begin, best);
+    for_each_piece_winners<Traits>(
+        p, layout, lane, begin, end, row_begin,
+        [&](int64_t piece, const unsigned long long (&best)[V]) {
 #pragma unroll
-      for (int q = 0; q < P; ++q) {
-        const int64_t piece = layout.piece(lane, base, q);
-        if (layout.sub_group(lane) != 0 || piece >= pieces) continue;
-#pragma unroll
-        for (int i = 0; i < V; ++i) {
-          if (Word::rank(best[q][i]) == 0) continue;
-          const int64_t at = slot * p.width + piece * V + i;
-          atomicMax(hubs.words + at, best[q][i]);
-          atomicMax(hubs.last_words + at, last_position_word(best[q][i]));
-        }
-      }
-    }
+          for (int i = 0; i < V; ++i) {
+            if (Word::rank(best[i]) == 0) continue;
+            const int64_t at = slot * p.width + piece * V + i;
+            atomicMax(hubs.words + at, best[i]);
+            atomicMax(hubs.last_words + at, last_position_word(best[i]));
+          }
+        });
   }
 }
 

@@ -198,7 +198,11 @@ struct LaneWinners {
 #pragma unroll
     for (int i = 0; i < V; ++i) element[i].take(DTypeTraits<scalar_t>::load(pack.v[i]), low);
   }
-  __device__ __forceinline__ auto word(int i) const { return element[i].word(); }
+  template <typename word_t>
+  __device__ __forceinline__ void words(word_t (&out)[V]) const {
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = element[i].word();
+  }
 };
 
 // 16-bit pieces on sm_90 and newer: the same rule on pairs of elements in
@@ -236,13 +240,13 @@ struct LaneWinners<scalar_t, kMax, V,
     for (int w = 0; w < V / 2; ++w) take_pair(words[w], entry_low, value[w], low[2 * w],
                                               low[2 * w + 1]);
   }
-  __device__ __forceinline__ unsigned long long word(int i) const {
-    const unsigned bits = value[i / 2];
-    float v;
-    const unsigned half = i % 2 == 0 ? bits & 0xffffu : bits >> 16;
-    if constexpr (kBf16) v = __uint_as_float(half << 16);
-    else v = __half2float(__ushort_as_half(static_cast<unsigned short>(half)));
-    return LaneWinner<float, kMax>::word_of(v, low[i]);
+  __device__ __forceinline__ void words(unsigned long long (&out)[V]) const {
+    Pack<scalar_t, V> pack;
+    memcpy(&pack, value, sizeof(pack));
+    float widened[V];
+    widen_pack(pack, widened);
+#pragma unroll
+    for (int i = 0; i < V; ++i) out[i] = LaneWinner<float, kMax>::word_of(widened[i], low[i]);
   }
 
  private:
