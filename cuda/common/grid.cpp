@@ -60,10 +60,10 @@ int kernel_blocks_per_sm(const void* kernel, int threads_per_block, size_t share
   return PYGIO_OK;
 }
 
-int grid_of(int64_t work, int64_t items_per_block, int64_t resident, unsigned* grid) {
+// min(ceil(work / items_per_block), resident), at least 1.
+unsigned grid_of(int64_t work, int64_t items_per_block, int64_t resident) {
   const int64_t needed = (work + items_per_block - 1) / items_per_block;
-  *grid = static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, resident)));
-  return PYGIO_OK;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(needed, resident)));
 }
 
 }  // namespace
@@ -72,9 +72,9 @@ int resident_grid(int64_t work, int64_t items_per_block, int threads_per_block, 
                   unsigned* grid) {
   int sm_count = 0, threads_per_sm = 0;
   PYGIO_TRY(read_device_shape(device, &sm_count, &threads_per_sm));
-  return grid_of(work, items_per_block,
-                 static_cast<int64_t>(sm_count) * std::max(1, threads_per_sm / threads_per_block),
-                 grid);
+  *grid = grid_of(work, items_per_block,
+                  static_cast<int64_t>(sm_count) * std::max(1, threads_per_sm / threads_per_block));
+  return PYGIO_OK;
 }
 
 int resident_grid(const void* kernel, int64_t work, int64_t items_per_block,
@@ -83,8 +83,9 @@ int resident_grid(const void* kernel, int64_t work, int64_t items_per_block,
   PYGIO_TRY(read_device_shape(device, &sm_count, &threads_per_sm));
   PYGIO_TRY(kernel_blocks_per_sm(kernel, threads_per_block, shared_bytes, device,
                                  &blocks_per_sm));
-  return grid_of(work, items_per_block,
-                 static_cast<int64_t>(sm_count) * std::max(1, blocks_per_sm), grid);
+  *grid =
+      grid_of(work, items_per_block, static_cast<int64_t>(sm_count) * std::max(1, blocks_per_sm));
+  return PYGIO_OK;
 }
 
 }  // namespace pygio

@@ -336,11 +336,10 @@ extern "C" int pygio_minmax(const pygio_minmax_params* params) {
     // (H200, min D=512 forward with arg: roads-like 0.32 -> 0.28 ms,
     // arxiv-like 0.84 -> 0.80, tolokers-like 0.367 -> 0.352, pokec-like
     // 16.9 -> 16.6); 16-bit rows spilled with two and lost 0-6%.
-    const bool two_pieces = sizeof(scalar_t) == 4 && p.width / vec > kWarpSize;
     return dispatch<scalar_t>(p, vec, [&](auto traits) {
       using Traits = decltype(traits);
       if constexpr (sizeof(scalar_t) == 4) {
-        if (two_pieces) return launch_forward<typename Traits::TwoPieces>(p, stream);
+        if (p.width / vec > kWarpSize) return launch_forward<typename Traits::TwoPieces>(p, stream);
       }
       return launch_forward<Traits>(p, stream);
     });
