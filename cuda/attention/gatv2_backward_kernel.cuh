@@ -129,7 +129,7 @@ __device__ __forceinline__ void source_grads(const pygio_gatv2_backward_params& 
   if (begin == end) return;  // x_l may be NULL without entries
   const auto* __restrict__ x_r = static_cast<const scalar_t*>(p.x_r) + h * s.channels;
   const auto* __restrict__ grad_out = static_cast<const scalar_t*>(p.grad_out) + h * s.channels;
-  const bool has_edge = p.edge != nullptr;
+  const bool has_edge = has_edges<Traits>(p);
   const scalar_t* __restrict__ edge =
       has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
   float att[E], xl[E];

@@ -148,9 +148,14 @@ inline int make_plan(int32_t dtype, int64_t heads, int64_t channels, int wide_pi
 }
 
 // go(GatTraits<scalar_t, index_t, kVec, kPieces>{}) for runtime pieces
-// (make_plan keeps them within the instantiated ones).
+// (make_plan keeps them within the instantiated ones); one 16-byte piece a
+// lane without edge attributes (`edges` false) takes the traits without an
+// edge path (GatTraits::kEdges).
 template <typename scalar_t, typename index_t, int kVec, typename Go>
-int with_pieces(int pieces, Go go) {
+int with_pieces(int pieces, bool edges, Go go) {
+  if constexpr (kVec > 1) {
+    if (pieces == 1 && !edges) return go(GatTraits<scalar_t, index_t, kVec, 1, false>{});
+  }
   if (pieces == 1) return go(GatTraits<scalar_t, index_t, kVec, 1>{});
   if (pieces == 2) return go(GatTraits<scalar_t, index_t, kVec, 2>{});
   if constexpr (kVec * 4 <= kMaxElemsPerLane) {
@@ -163,8 +168,9 @@ int with_pieces(int pieces, Go go) {
                                          " pieces of " + std::to_string(kVec) + " channels a lane");
 }
 
-// Binds dtype, index width, vector width and pieces per lane of `plan`,
-// then calls go(traits, shape).
+// Binds dtype, index width, vector width, pieces per lane of `plan` and
+// whether p (any attention params struct) has edge attributes, then calls
+// go(traits, shape).
 template <typename P, typename Go>
 int dispatch(const P& p, const Plan& plan, Go go) {
   const GatShape shape{plan.layout, plan.head_shift, p.heads, p.channels};
@@ -174,10 +180,11 @@ int dispatch(const P& p, const Plan& plan, Go go) {
     } else {
       return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
         constexpr int kWide = 16 / sizeof(scalar_t);
+        const bool edges = p.edge != nullptr;
         if (plan.vec == kWide)
-          return with_pieces<scalar_t, index_t, kWide>(plan.pieces,
+          return with_pieces<scalar_t, index_t, kWide>(plan.pieces, edges,
                                                        [&](auto t) { return go(t, shape); });
-        return with_pieces<scalar_t, index_t, 1>(plan.pieces,
+        return with_pieces<scalar_t, index_t, 1>(plan.pieces, edges,
                                                  [&](auto t) { return go(t, shape); });
       });
     }

@@ -54,7 +54,7 @@ __device__ __forceinline__ void for_each_step(const Params& p, const GatShape& s
   using scalar_t = typename Traits::scalar_t;
   constexpr int E = Traits::kElems, U = Traits::kUnroll;
   const auto* __restrict__ x_l = static_cast<const scalar_t*>(p.x_l) + h * s.channels;
-  const bool has_edge = p.edge != nullptr;
+  const bool has_edge = has_edges<Traits>(p);
   const scalar_t* __restrict__ edge =
       has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
   const uint64_t x_l_row_bytes = p.x_l_row_stride * sizeof(scalar_t);

@@ -68,7 +68,7 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
   using scalar_t = typename Traits::scalar_t;
   constexpr int E = Traits::kElems, U = Traits::kUnroll;
   const index_t* const index[1] = {static_cast<const index_t*>(p.a.col)};
-  const bool has_edge = p.edge != nullptr;
+  const bool has_edge = has_edges<Traits>(p);
   float q[E], dout[E];
   load_slice<Traits>(static_cast<const scalar_t*>(p.q) + row * p.q_row_stride + h * s.channels,
                      s, lane, q);
@@ -212,7 +212,7 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
   constexpr int E = Traits::kElems, U = Traits::kUnroll;
   const index_t* const index[2] = {static_cast<const index_t*>(p.a_t.col),
                                    static_cast<const index_t*>(p.perm_t)};
-  const bool has_edge = p.edge != nullptr;
+  const bool has_edge = has_edges<Traits>(p);
   float k[E], v[E];
   load_slice<Traits>(static_cast<const scalar_t*>(p.k) + source * p.k_row_stride +
                          h * s.channels, s, lane, k);

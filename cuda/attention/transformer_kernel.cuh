@@ -117,7 +117,7 @@ struct TransformerFamily {
     load_slice<Traits>(static_cast<const scalar_t*>(p.q) + row * p.q_row_stride + h * s.channels,
                        s, lane, q);
     const auto* __restrict__ k = static_cast<const scalar_t*>(p.k) + h * s.channels;
-    const bool has_edge = p.edge != nullptr;
+    const bool has_edge = has_edges<Traits>(p);
     const scalar_t* __restrict__ edge =
         has_edge ? static_cast<const scalar_t*>(p.edge) + h * s.channels : nullptr;
     const uint64_t k_row_bytes = p.k_row_stride * sizeof(scalar_t);
