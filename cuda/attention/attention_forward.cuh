@@ -75,7 +75,7 @@ __device__ __forceinline__ SoftmaxState<Traits::kElems> attend(const P& p, const
           if (!step.real(u)) continue;
           float value[E];
           values(u, value);
-          state.add(expf(score[u] - state.m),
+          state.add(softmax_exp(score[u] - state.m),
                     dropout_factor(p.seed, step.pos(u), h, p.dropout_p), value);
         }
       });
@@ -216,7 +216,7 @@ __global__ void attention_hub_finish_kernel(const __grid_constant__ P p, GatShap
     float l = 0.f;
     for (int64_t k = lane; k < chunks; k += kWarpSize) {
       const int64_t state = first + k * s.heads;
-      l += hubs.stats[2 * state + 1] * expf(hubs.stats[2 * state] - m);
+      l += hubs.stats[2 * state + 1] * softmax_exp(hubs.stats[2 * state] - m);
     }
     for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
       l += __shfl_xor_sync(0xffffffffu, l, offset);
@@ -225,7 +225,7 @@ __global__ void attention_hub_finish_kernel(const __grid_constant__ P p, GatShap
       float acc = 0.f;
       for (int64_t k = 0; k < chunks; ++k) {
         const int64_t state = first + k * s.heads;
-        acc += hubs.partial[state * s.channels + c] * expf(hubs.stats[2 * state] - m);
+        acc += hubs.partial[state * s.channels + c] * softmax_exp(hubs.stats[2 * state] - m);
       }
       static_cast<scalar_t*>(p.out)[hub.row * s.width() + h * s.channels + c] =
           DTypeTraits<scalar_t>::store(acc / l + (bias ? bias[h * s.channels + c] : 0.f));
@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 #pragma unroll
               for (int u = 0; u < U; ++u)
                 if (step.real(u) && head.active && s.layout.lane_in_group(lane) == 0)
-                  p.alpha[step.pos(u) * s.heads + head.h] = expf(score[u] - lse);
+                  p.alpha[step.pos(u) * s.heads + head.h] = softmax_exp(score[u] - lse);
             });
       }
     }

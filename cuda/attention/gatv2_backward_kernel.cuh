@@ -92,7 +92,7 @@ __device__ __forceinline__ DestinationSums<Traits> destination_sums(
           if (!step.real(u)) continue;
           float xl[E], z[E];
           values(u, xl, z);
-          const float alpha = expf(score[u] - lse);
+          const float alpha = softmax_exp(score[u] - lse);
           const float w = dropout_factor(p.seed, step.pos(u), h, p.dropout_p) * alpha * dot[u];
           sums.g += w;
 #pragma unroll
@@ -188,7 +188,7 @@ __device__ __forceinline__ void source_grads(const pygio_gatv2_backward_params& 
       values(u, xr, dout, z);
       const int64_t e = step.index[1][u];
       const float factor = dropout_factor(p.seed, e, h, p.dropout_p);
-      const float alpha = expf(sums[u] - lse[u]);
+      const float alpha = softmax_exp(sums[u] - lse[u]);
       const float ds = alpha * (factor * sums[U + u] - g_dst[u]);
       float dz[E];
 #pragma unroll

@@ -450,6 +450,21 @@ __device__ __forceinline__ float dropout_factor(uint64_t seed, int64_t entry, in
   return dropout_keep(seed, entry, static_cast<int>(head), p) ? 1.f / (1.f - p) : 0.f;
 }
 
+// exp(x) for the family's softmax exponents (at most 0 but for rounding,
+// or -inf): ex2.approx.ftz of x log2(e), two instructions where expf's
+// accurate range reduction takes eight (and __expf's denormal handling
+// five). Relative error about 2^-21 near 0, growing with |x| where a term
+// no longer counts against the largest; results below 2^-126 flush to 0;
+// -inf gives 0. Every pass (forward, weights, backward) takes it, so the
+// backward's weights exp(s - lse) match the forward's. H200, against expf:
+// GATv2 (2, 64) pokec-like forward fp32 6.55 -> 6.34 ms, bf16 5.51 -> 5.32,
+// backward fp32 20.71 -> 20.18; the transformer (4, 128) 0.5-2% faster.
+__device__ __forceinline__ float softmax_exp(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.44269504088896341f));
+  return y;
+}
+
 // A running softmax-weighted sum: m the largest score so far, l the sum of
 // exp(score - m), acc the sum of exp(score - m) * factor * value (dropout
 // scales acc, never l).
@@ -461,7 +476,7 @@ struct SoftmaxState {
 
   // Moves the running maximum up to m_new > m, rescaling l and acc.
   __device__ __forceinline__ void raise_max(float m_new) {
-    const float rescale = expf(m - m_new);  // 0 while m is -inf
+    const float rescale = softmax_exp(m - m_new);  // 0 while m is -inf
     l *= rescale;
 #pragma unroll
     for (int k = 0; k < N; ++k) acc[k] *= rescale;
@@ -479,8 +494,8 @@ struct SoftmaxState {
   // Merges another state (m_o, l_o, acc_o) into this one.
   __device__ __forceinline__ void merge(float m_o, float l_o, const float (&acc_o)[N]) {
     const float m_new = fmaxf(m, m_o);
-    const float a = m == -INFINITY ? 0.f : expf(m - m_new);
-    const float b = m_o == -INFINITY ? 0.f : expf(m_o - m_new);
+    const float a = m == -INFINITY ? 0.f : softmax_exp(m - m_new);
+    const float b = m_o == -INFINITY ? 0.f : softmax_exp(m_o - m_new);
     l = l * a + l_o * b;
 #pragma unroll
     for (int k = 0; k < N; ++k) acc[k] = acc[k] * a + acc_o[k] * b;

@@ -123,7 +123,7 @@ __device__ __forceinline__ void query_grad(const pygio_transformer_backward_para
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!walk.real(u)) continue;
-      const float alpha = expf(sums[u] * p.scale - lse);
+      const float alpha = softmax_exp(sums[u] * p.scale - lse);
       const float f = dropout_factor(p.seed, walk.pos(u), h, p.dropout_p);
       const float ds = alpha * (f * sums[U + u] - delta);
       float key[E], edge_values[E];
@@ -274,7 +274,7 @@ __device__ __forceinline__ void source_grads(const pygio_transformer_backward_pa
     for (int u = 0; u < U; ++u) {
       if (!walk.real(u)) continue;
       const int64_t e = walk.index[1][u];
-      const float alpha = expf(sums[u] * p.scale - lse[u]);
+      const float alpha = softmax_exp(sums[u] * p.scale - lse[u]);
       const float fa = dropout_factor(p.seed, e, h, p.dropout_p) * alpha;
       const float ds = fa * sums[U + u] - alpha * row_d[u];
       float q[E], dout[E];
