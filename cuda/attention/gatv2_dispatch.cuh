@@ -121,6 +121,11 @@ inline int lane_shift(int vec, int64_t heads, int64_t pieces, int wide_pieces) {
 // -> 17.28 / 48.1. Heads that fit one pass, as (2, 64), are unaffected.
 constexpr int kGatv2WidePieces = 1;
 
+// GATv2's kNoEdgePieces (dispatch): its one-piece lanes have no edge path
+// without edge attributes (H200, (2, 64) pokec-like: bf16 forward 6.27 ->
+// 5.45 ms, backward 18.94 -> 17.59; fp32 6.76 -> 6.50, 21.63 -> 20.76).
+constexpr int kGatv2NoEdgePieces = 1;
+
 // The plan for `heads` heads of `channels` channels of a dtype checked by
 // check_inputs; PYGIO_ERR_UNSUPPORTED above max_channels. `wide_pieces`:
 // see lane_shift (a family passes the same value to its forward, backward
@@ -148,13 +153,19 @@ inline int make_plan(int32_t dtype, int64_t heads, int64_t channels, int wide_pi
 }
 
 // go(GatTraits<scalar_t, index_t, kVec, kPieces>{}) for runtime pieces
-// (make_plan keeps them within the instantiated ones); one 16-byte piece a
-// lane without edge attributes (`edges` false) takes the traits without an
-// edge path (GatTraits::kEdges).
-template <typename scalar_t, typename index_t, int kVec, typename Go>
+// (make_plan keeps them within the instantiated ones); without edge
+// attributes (`edges` false), up to kNoEdgePieces 16-byte pieces a lane
+// take the traits without an edge path (GatTraits::kEdges).
+template <typename scalar_t, typename index_t, int kVec, int kNoEdgePieces, typename Go>
 int with_pieces(int pieces, bool edges, Go go) {
-  if constexpr (kVec > 1) {
-    if (pieces == 1 && !edges) return go(GatTraits<scalar_t, index_t, kVec, 1, false>{});
+  if constexpr (kVec > 1 && kNoEdgePieces >= 1) {
+    if (!edges && pieces == 1) return go(GatTraits<scalar_t, index_t, kVec, 1, false>{});
+  }
+  if constexpr (kVec > 1 && kNoEdgePieces >= 2) {
+    if (!edges && pieces == 2) return go(GatTraits<scalar_t, index_t, kVec, 2, false>{});
+  }
+  if constexpr (kVec > 1 && kNoEdgePieces >= 4) {
+    if (!edges && pieces == 4) return go(GatTraits<scalar_t, index_t, kVec, 4, false>{});
   }
   if (pieces == 1) return go(GatTraits<scalar_t, index_t, kVec, 1>{});
   if (pieces == 2) return go(GatTraits<scalar_t, index_t, kVec, 2>{});
@@ -170,8 +181,12 @@ int with_pieces(int pieces, bool edges, Go go) {
 
 // Binds dtype, index width, vector width, pieces per lane of `plan` and
 // whether p (any attention params struct) has edge attributes, then calls
-// go(traits, shape).
-template <typename P, typename Go>
+// go(traits, shape). kNoEdgePieces: see with_pieces; each entry takes the
+// value its kernels were timed with, since dropping the edge path is not
+// always faster (transformer (4, 128), four pieces a lane: backward bf16
+// pokec-like 57.0 -> 43.4 ms on an H200, but the bf16 forward 28.1 -> 36.4
+// on an H100).
+template <int kNoEdgePieces, typename P, typename Go>
 int dispatch(const P& p, const Plan& plan, Go go) {
   const GatShape shape{plan.layout, plan.head_shift, p.heads, p.channels};
   return PYGIO_DISPATCH_DTYPE(p.dtype, [&]() -> int {
@@ -182,10 +197,10 @@ int dispatch(const P& p, const Plan& plan, Go go) {
         constexpr int kWide = 16 / sizeof(scalar_t);
         const bool edges = p.edge != nullptr;
         if (plan.vec == kWide)
-          return with_pieces<scalar_t, index_t, kWide>(plan.pieces, edges,
-                                                       [&](auto t) { return go(t, shape); });
-        return with_pieces<scalar_t, index_t, 1>(plan.pieces, edges,
-                                                 [&](auto t) { return go(t, shape); });
+          return with_pieces<scalar_t, index_t, kWide, kNoEdgePieces>(
+              plan.pieces, edges, [&](auto t) { return go(t, shape); });
+        return with_pieces<scalar_t, index_t, 1, kNoEdgePieces>(
+            plan.pieces, edges, [&](auto t) { return go(t, shape); });
       });
     }
   });

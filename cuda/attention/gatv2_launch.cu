@@ -46,9 +46,10 @@ extern "C" int pygio_gatv2(const pygio_gatv2_params* params) {
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
-    return attention::launch_forward<Gatv2Family, decltype(traits)>(p, s, stream);
-  }));
+  PYGIO_TRY(gatv2::dispatch<gatv2::kGatv2NoEdgePieces>(
+      p, plan, [&](auto traits, const GatShape& s) {
+        return attention::launch_forward<Gatv2Family, decltype(traits)>(p, s, stream);
+      }));
   return ok();
 }
 
@@ -65,8 +66,9 @@ extern "C" int pygio_gatv2_alpha(const pygio_gatv2_alpha_params* params) {
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
-    return attention::launch_alpha<Gatv2Family, decltype(traits)>(p, s, stream);
-  }));
+  PYGIO_TRY(gatv2::dispatch<gatv2::kGatv2NoEdgePieces>(
+      p, plan, [&](auto traits, const GatShape& s) {
+        return attention::launch_alpha<Gatv2Family, decltype(traits)>(p, s, stream);
+      }));
   return ok();
 }

@@ -35,6 +35,17 @@ inline int transformer_backward_wide_pieces(int32_t dtype) {
   return dtype == PYGIO_FLOAT32 ? 2 : kTransformerWidePieces;
 }
 
+// kNoEdgePieces (gatv2::dispatch) of the forward and weights entries, and
+// of the backward. (4, 128), the kernels without an edge path against those
+// with it, no edge attributes: backward bf16 (four pieces a lane) H200
+// pokec-like 57.0 -> 43.4 ms, web-like 32.2 -> 25.4, arxiv-like 3.40 ->
+// 2.60; fp32 (two pieces) 82.4 -> 78.4, 45.5 -> 42.0, 4.52 -> 4.12. The
+// forward (four pieces) went the other way in bf16 (H100: 28.1 -> 36.4 ms
+// on pokec-like, 1.39 -> 1.57 on arxiv-like; fp32 1-2% faster), so it
+// keeps the edge path.
+constexpr int kTransformerNoEdgePieces = 0;
+constexpr int kTransformerBackwardNoEdgePieces = 4;
+
 // Checks of the fields the three entries share (no device access): the
 // CSR, dtype, heads and channels, q and k with their row strides, scale.
 template <typename P>
@@ -202,9 +213,10 @@ extern "C" int pygio_transformer(const pygio_transformer_params* params) {
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
-    return attention::launch_forward<TransformerFamily, decltype(traits)>(p, s, stream);
-  }));
+  PYGIO_TRY(gatv2::dispatch<kTransformerNoEdgePieces>(
+      p, plan, [&](auto traits, const GatShape& s) {
+        return attention::launch_forward<TransformerFamily, decltype(traits)>(p, s, stream);
+      }));
   return ok();
 }
 
@@ -222,9 +234,10 @@ extern "C" int pygio_transformer_alpha(const pygio_transformer_alpha_params* par
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
-    return attention::launch_alpha<TransformerFamily, decltype(traits)>(p, s, stream);
-  }));
+  PYGIO_TRY(gatv2::dispatch<kTransformerNoEdgePieces>(
+      p, plan, [&](auto traits, const GatShape& s) {
+        return attention::launch_alpha<TransformerFamily, decltype(traits)>(p, s, stream);
+      }));
   return ok();
 }
 
@@ -256,8 +269,9 @@ extern "C" int pygio_transformer_backward(const pygio_transformer_backward_param
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch(p, plan, [&](auto traits, const GatShape& s) {
-    return launch_backward<decltype(traits)>(p, s, stream);
-  }));
+  PYGIO_TRY(gatv2::dispatch<kTransformerBackwardNoEdgePieces>(
+      p, plan, [&](auto traits, const GatShape& s) {
+        return launch_backward<decltype(traits)>(p, s, stream);
+      }));
   return ok();
 }
