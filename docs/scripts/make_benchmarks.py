@@ -183,6 +183,13 @@ RUN_TITLES = {
     "results_h200_mixed_bias_minibatch":
         "GCNConv mini-batch steps after the autocast bias over 16-bit features went inside "
         "the mixed aggregation (issue 5)",
+    "results_h200_no_edge_path_attention":
+        "GATv2Conv (2, 64) and TransformerConv (4, 128) against PyG after the attention "
+        "kernels lost their edge path where no edge attributes are given and took "
+        "one-instruction softmax exponentials, H200 (issues 8, 9)",
+    "results_h200_no_edge_path_minibatch":
+        "GATv2Conv and TransformerConv mini-batch steps on the library without the edge "
+        "path, H200 (issues 8, 9)",
     "results_h200_one_wave_gatv2":
         "GATv2Conv (2, 64) against PyG after the 16-bit attention backward passes went "
         "to one wave of their own resident blocks, H200 (issue 8)",
