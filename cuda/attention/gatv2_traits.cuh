@@ -35,13 +35,12 @@ struct GatTraits {
   static constexpr int kVec = kVec_;        // channels per load: 16 bytes, or 1
   static constexpr int kPieces = kPieces_;  // kVec-wide pieces of a head per lane
   // Whether the kernels take edge attributes (where p.edge is given). The
-  // dispatch binds false for calls without them where a lane holds one
-  // piece (gatv2::with_pieces): a kernel with an edge path pays for it on
-  // every entry even when p.edge is NULL (its predicated adds, the edge
-  // slices' widening and registers: GATv2's 16-bit forward step took 390
-  // instructions for four entries with it, 272 without; H200, (2, 64)
-  // pokec-like: bf16 forward 6.27 -> 5.45 ms, backward 18.94 -> 17.59,
-  // fp32 6.76 -> 6.50 and 21.63 -> 20.76; the transformer's unchanged).
+  // dispatch binds false for calls without them up to each entry's
+  // kNoEdgePieces pieces a lane (gatv2::dispatch): a kernel with an edge
+  // path pays for it on every entry even when p.edge is NULL (its
+  // predicated adds, the edge slices' widening and registers: GATv2's
+  // 16-bit forward step took 390 instructions for four entries with it,
+  // 272 without).
   static constexpr bool kEdges = kEdges_;
   static constexpr int kElems = kVec * kPieces;  // channels a lane holds
   static constexpr int kRawWords = (kElems * sizeof(scalar_t) + 3) / 4;  // registers per slice
