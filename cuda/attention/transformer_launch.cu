@@ -42,7 +42,10 @@ inline int transformer_backward_wide_pieces(int32_t dtype) {
 // 2.60; fp32 (two pieces) 82.4 -> 78.4, 45.5 -> 42.0, 4.52 -> 4.12. The
 // forward (four pieces) went the other way in bf16 (H100: 28.1 -> 36.4 ms
 // on pokec-like, 1.39 -> 1.57 on arxiv-like; fp32 1-2% faster), so it
-// keeps the edge path.
+// keeps the edge path: ncu (H200, pokec-like) counted 969M local-memory
+// (spill) requests in its rows kernel without the path against 350M with
+// it, though ptxas reports fewer spill bytes (436 against 708): its spills
+// moved into the walk.
 constexpr int kTransformerNoEdgePieces = 0;
 constexpr int kTransformerBackwardNoEdgePieces = 4;
 
