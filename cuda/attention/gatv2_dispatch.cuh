@@ -152,28 +152,29 @@ inline int make_plan(int32_t dtype, int64_t heads, int64_t channels, int wide_pi
   return PYGIO_OK;
 }
 
-// go(GatTraits<scalar_t, index_t, kVec, kPieces>{}) for runtime pieces
-// (make_plan keeps them within the instantiated ones); without edge
-// attributes (`edges` false), up to kNoEdgePieces 16-byte pieces a lane
-// take the traits without an edge path (GatTraits::kEdges).
+// go(GatTraits<scalar_t, index_t, kVec, kPieces>{}), without an edge path
+// (GatTraits::kEdges false) where there are no edge attributes (`edges`
+// false) and a lane holds at most kNoEdgePieces 16-byte pieces.
+template <typename scalar_t, typename index_t, int kVec, int kPieces, int kNoEdgePieces,
+          typename Go>
+int with_edges(bool edges, Go go) {
+  if constexpr (kVec > 1 && kPieces <= kNoEdgePieces) {
+    if (!edges) return go(GatTraits<scalar_t, index_t, kVec, kPieces, false>{});
+  }
+  return go(GatTraits<scalar_t, index_t, kVec, kPieces>{});
+}
+
+// with_edges for runtime pieces (make_plan keeps them within the
+// instantiated ones).
 template <typename scalar_t, typename index_t, int kVec, int kNoEdgePieces, typename Go>
 int with_pieces(int pieces, bool edges, Go go) {
-  if constexpr (kVec > 1 && kNoEdgePieces >= 1) {
-    if (!edges && pieces == 1) return go(GatTraits<scalar_t, index_t, kVec, 1, false>{});
-  }
-  if constexpr (kVec > 1 && kNoEdgePieces >= 2) {
-    if (!edges && pieces == 2) return go(GatTraits<scalar_t, index_t, kVec, 2, false>{});
-  }
-  if constexpr (kVec > 1 && kNoEdgePieces >= 4) {
-    if (!edges && pieces == 4) return go(GatTraits<scalar_t, index_t, kVec, 4, false>{});
-  }
-  if (pieces == 1) return go(GatTraits<scalar_t, index_t, kVec, 1>{});
-  if (pieces == 2) return go(GatTraits<scalar_t, index_t, kVec, 2>{});
+  if (pieces == 1) return with_edges<scalar_t, index_t, kVec, 1, kNoEdgePieces>(edges, go);
+  if (pieces == 2) return with_edges<scalar_t, index_t, kVec, 2, kNoEdgePieces>(edges, go);
   if constexpr (kVec * 4 <= kMaxElemsPerLane) {
-    if (pieces == 4) return go(GatTraits<scalar_t, index_t, kVec, 4>{});
+    if (pieces == 4) return with_edges<scalar_t, index_t, kVec, 4, kNoEdgePieces>(edges, go);
   }
   if constexpr (kVec * 8 <= kMaxElemsPerLane) {
-    if (pieces == 8) return go(GatTraits<scalar_t, index_t, kVec, 8>{});
+    if (pieces == 8) return with_edges<scalar_t, index_t, kVec, 8, kNoEdgePieces>(edges, go);
   }
   return fail(PYGIO_ERR_UNSUPPORTED, "GATv2: no kernel for " + std::to_string(pieces) +
                                          " pieces of " + std::to_string(kVec) + " channels a lane");
@@ -181,7 +182,7 @@ int with_pieces(int pieces, bool edges, Go go) {
 
 // Binds dtype, index width, vector width, pieces per lane of `plan` and
 // whether p (any attention params struct) has edge attributes, then calls
-// go(traits, shape). kNoEdgePieces: see with_pieces; each entry takes the
+// go(traits, shape). kNoEdgePieces: see with_edges; each entry takes the
 // value its kernels were timed with, since dropping the edge path is not
 // always faster (transformer (4, 128), four pieces a lane: backward bf16
 // pokec-like 57.0 -> 43.4 ms on an H200, but the bf16 forward 28.1 -> 36.4
