@@ -3,9 +3,13 @@ share of the device's copy bandwidth under the minimal bytes model (the
 benchmark's: gathered rows once per entry, output rows once), for the
 forward A X and the backward A^T G over the cached CSR^T. A lean twin of
 the benchmark's kernel rows (no layer, no baseline), for trying kernel
-changes on the large suite graphs in little device time.
+changes on the large suite graphs in little device time. ``--backends``
+adds columns for other SpMM backends on the same inputs (cuSPARSE's
+``cusparse-alg2``: the choice spmm_backends.preference makes between them).
 
     PYTHONPATH=src python scripts/spmm_kernel_bandwidth.py --graphs pokec-like,web-like
+    PYTHONPATH=src python scripts/spmm_kernel_bandwidth.py --graphs tolokers-like \
+        --widths 128,256,512 --dtypes fp32 --backends pygio-csr,cusparse-alg2
 """
 import argparse
 
@@ -51,23 +55,28 @@ def main() -> None:
     parser.add_argument("--graphs", default="pokec-like,web-like,products-like")
     parser.add_argument("--widths", default="64,512")
     parser.add_argument("--dtypes", default="fp32,bf16")
+    parser.add_argument("--backends", default="pygio-csr",
+                        help="comma-separated SpMM backends, a pair of columns each")
     args = parser.parse_args()
+    backends = args.backends.split(",")
     device = torch.device("cuda")
     copy_gbs = copy_bandwidth_gbs(device)
     print(f"device: {torch.cuda.get_device_name()}, copy {copy_gbs:.0f} GB/s")
-    print(f"{'graph':14s} {'D':>4s} {'dtype':5s} {'A X ms':>8s} {'share':>6s} "
-          f"{'A^T G ms':>9s} {'share':>6s}")
+    header = "".join(f" {b + ' A X ms':>24s} {'share':>6s} {'A^T G ms':>9s} {'share':>6s}"
+                     for b in backends)
+    print(f"{'graph':14s} {'D':>4s} {'dtype':5s}{header}")
     for name, graph, width, dtype_name, values, x, useful in suite_inputs(
             args.graphs.split(","), [int(w) for w in args.widths.split(",")],
             args.dtypes.split(","), device):
         t = graph.transpose
         cells = []
-        for rowptr, col, vals in ((graph.rowptr, graph.col, values.values),
-                                  (t.rowptr, t.col, values.values_t)):
-            ms = time_back_to_back(lambda: run_with_backend(
-                "pygio-csr", rowptr, col, vals, x, rowptr.numel() - 1, False), device)
-            cells.append(f"{ms:8.3f} {share_of_copy(useful, ms, copy_gbs):6.0%}")
-        print(f"{name:14s} {width:4d} {dtype_name:5s} {cells[0]} {' ' + cells[1]}", flush=True)
+        for backend in backends:
+            for rowptr, col, vals, pad in ((graph.rowptr, graph.col, values.values, 24),
+                                           (t.rowptr, t.col, values.values_t, 9)):
+                ms = time_back_to_back(lambda: run_with_backend(
+                    backend, rowptr, col, vals, x, rowptr.numel() - 1, False), device)
+                cells.append(f"{ms:{pad}.3f} {share_of_copy(useful, ms, copy_gbs):6.0%}")
+        print(f"{name:14s} {width:4d} {dtype_name:5s} {' '.join(cells)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -109,9 +109,12 @@ def test_spmm_heuristic_follows_the_measured_table():
     assert first("forward", 64, torch.bfloat16, 5_000_000) == "pygio-csr"
     assert first("forward", 512, torch.float16, 1_500_000) == "pygio-csr"
     assert first("forward", 64, torch.float32, 1_500_000) == "pygio-csr"
-    # Wide float32: cuSPARSE below 2^22 entries, ours from there on.
+    # Wide float32: cuSPARSE below 2^22 entries, ours from there on, and ours
+    # at any size for rows of 32 entries and more.
     assert first("forward", 256, torch.float32, 1_500_000, degree=8) == "cusparse-alg2"
     assert first("forward", 512, torch.float32, 5_000_000, degree=20) == "pygio-csr"
+    assert first("forward", 512, torch.float32, 1_050_000, degree=89) == "pygio-csr"
+    assert first("forward", 128, torch.float32, 1_500_000, degree=31) == "cusparse-alg2"
     # float64 as measured before: narrow with average degree 8 and more.
     assert first("forward", 64, torch.float64, 5_000_000, degree=20) == "pygio-csr"
     assert first("forward", 64, torch.float64, 5_000_000) == "cusparse-alg2"

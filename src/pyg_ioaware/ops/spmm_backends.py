@@ -11,9 +11,12 @@ costs them nothing, and they win every 16-bit forward (web-like bf16 D=64
 to width 64 (web-like 1.01 against 1.58 ms, arxiv-like 0.12 against 0.14)
 and, on graphs of 2^22 entries and more, win or tie the wider float32
 ones (D=128 / 256 / 512: pokec-like 1.15 / 1.01 / 1.02x, web-like 1.07 /
-1.15 / 1.03x, products-like 1.16 / 0.97 / 1.03x cuSPARSE's time). Wider
-float32 forwards on graphs of 2^20 to 2^22 entries stay with CSR_ALG2
-(arxiv-like D=256: 0.30 against 0.42 ms), as do float64 ones below
+1.15 / 1.03x, products-like 1.16 / 0.97 / 1.03x cuSPARSE's time), as
+on graphs of 32 entries a row and more (tolokers-like, 2^20 entries, 89 a
+row, D=128 / 256 / 512: 0.061 / 0.116 / 0.241 against 0.080 / 0.140 /
+0.267 ms). The other wider float32 forwards on graphs of 2^20 to 2^22
+entries stay with CSR_ALG2 (arxiv-like, 8 a row, D=256 / 512: 0.29 / 0.57
+against 0.41 / 0.65 ms), as do float64 ones below
 average degree 8 on large graphs (not measured since) and the transposed
 SpMM of large graphs (our scatter is bound by fp32 atomics). CSR_ALG3 and
 CSR_ALG1 remain for the autotune; plain torch is the fallback everywhere
@@ -253,6 +256,10 @@ del _backend
 # more are large; wide float32 forwards take our kernels from 2^22 on.
 LARGE_SIZE_BUCKET = 20
 WIDE_FLOAT32_SIZE_BUCKET = 22
+# Average-degree bucket (floor(log2(average degree))) from which wide
+# float32 forwards take our kernels at any size: rows of 32 entries and
+# more keep a warp's gathers in flight (tolokers-like, 89 a row).
+LONG_ROWS_DEGREE_BUCKET = 5
 
 
 def preference(shape: tuning.ShapeClass) -> List[str]:
@@ -265,7 +272,8 @@ def preference(shape: tuning.ShapeClass) -> List[str]:
         ours_first = True
     elif shape.dtype == "float32":
         ours_first = (shape.width_bucket <= 64
-                      or shape.size_bucket >= WIDE_FLOAT32_SIZE_BUCKET)
+                      or shape.size_bucket >= WIDE_FLOAT32_SIZE_BUCKET
+                      or shape.degree_bucket >= LONG_ROWS_DEGREE_BUCKET)
     else:  # float64
         ours_first = shape.width_bucket < 128 and shape.degree_bucket >= 3
     return ["pygio-csr", "cusparse-alg2"] if ours_first else ["cusparse-alg2", "pygio-csr"]
