@@ -88,8 +88,9 @@ class GraphState:
     graph attention layers run on (input self loops removed, one loop added
     per node below that number), its edge_index in PyG's order and the input
     edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per
-    (mode, dtype), filled by ops.normalize; ``spmm_plans``: native SpMM plans
-    per (direction, width, dtype, backend), filled by ops.spmm_backends.
+    (mode, dtype), filled by ops.normalize; ``native_spmm_calls``: the C++
+    SpMM autograd calls resolved over this graph, per call signature, filled
+    by ops.spmm_functional.propagate.
     """
     transpose: Optional[Transpose] = None
     self_loop_graph: Optional["Graph"] = None
@@ -99,6 +100,7 @@ class GraphState:
     dropped_loops: bool = True
     attention_graphs: Dict[int, Tuple["Graph", Tensor, Tensor]] = field(default_factory=dict)
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
+    native_spmm_calls: Dict[tuple, Any] = field(default_factory=dict)
 
 
 class Graph:

@@ -198,3 +198,51 @@ def test_autocast_bias_inside_the_mixed_aggregation(calls, monkeypatch, dtype, f
     assert native[0].dtype == torch.float32
     for a, b in zip(native, python):
         assert torch.equal(a, b)
+
+
+def test_repeated_calls_replay_the_resolved_call(calls, monkeypatch):
+    """A call like an earlier one over the same graph runs the C++ call that
+    one resolved (ops.spmm.NativeSpmmCall, kept in the graph's state) with
+    the same results; a changed setting, width or CSR^T resolves anew."""
+    from pyg_ioaware.ops import spmm_functional
+
+    resolved = []
+    resolve = spmm_functional.native_spmm_call
+
+    def counted(*args):
+        resolved.append(args[2].shape)
+        return resolve(*args)
+
+    monkeypatch.setattr(spmm_functional, "native_spmm_call", counted)
+    edge_index = random_graph(600, 600, 5000, seed=21).cuda()
+    graph = Graph.from_edge_index(edge_index, 600)
+    x = torch.randn(600, 48, device="cuda", requires_grad=True)
+    grad_out = torch.randn(600, 48, device="cuda")
+    adjacency = ops.gcn_adjacency(graph, 600, add_self_loops=False)
+
+    def step(h):
+        out = adjacency.propagate(h)
+        return out, torch.autograd.grad(out, h, grad_out[:, :h.size(1)])[0]
+
+    first = step(x)
+    for _ in range(4):
+        again = step(x)  # the first call's unknown degree bound may split rows
+        assert relative_error(again[0], first[0]) < 1e-6
+        assert relative_error(again[1], first[1]) < 1e-6
+    assert calls["spmm"] == 5
+    assert len(resolved) < 5  # replayed once the degree bounds were known
+    kept = graph.state.native_spmm_calls
+    assert kept and all(call.a[3] >= 0 for call in kept.values())
+    assert graph.state.transpose is not None  # a later backward built it
+    assert any(call.transpose is not None for call in kept.values())
+    count = len(resolved)
+    torch.use_deterministic_algorithms(True)
+    try:
+        deterministic = step(x)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert len(resolved) == count + 1
+    assert relative_error(deterministic[1], first[1]) < 1e-6
+    step(x[:, :40].detach().requires_grad_())  # another width
+    assert len(resolved) == count + 2
+    assert calls["spmm"] == 7
