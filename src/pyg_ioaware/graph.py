@@ -88,9 +88,8 @@ class GraphState:
     graph attention layers run on (input self loops removed, one loop added
     per node below that number), its edge_index in PyG's order and the input
     edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per
-    (mode, dtype), filled by ops.normalize; ``native_spmm_calls``: the C++
-    SpMM autograd calls resolved over this graph, per call signature, filled
-    by ops.spmm_functional.propagate.
+    (mode, dtype), filled by ops.normalize. (The SpMM backends' plans live
+    beside the structure, in :class:`StructureState`.)
     """
     transpose: Optional[Transpose] = None
     self_loop_graph: Optional["Graph"] = None
@@ -100,7 +99,6 @@ class GraphState:
     dropped_loops: bool = True
     attention_graphs: Dict[int, Tuple["Graph", Tensor, Tensor]] = field(default_factory=dict)
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
-    native_spmm_calls: Dict[tuple, Any] = field(default_factory=dict)
 
 
 class Graph:

@@ -18,7 +18,7 @@ from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
 from .normalize import normalized_values, weights_in_csr_order
-from .spmm import (HALF_DTYPES, LazyTranspose, SpmmFunction, mixed_call, native_spmm_call,
+from .spmm import (HALF_DTYPES, LazyTranspose, SpmmFunction, mixed_call, native_autograd_spmm,
                    spmm_trusted)
 
 FLOWS = ("source_to_target", "target_to_source")
@@ -97,19 +97,7 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     not rounded to 16 bits on the way). Any other bias is added after the
     aggregation, promoting as torch does. Where nothing needs a gradient
     (inference) the autograd Function is skipped; the CSR^T is built where
-    config.spmm_backward says (lazily by default).
-
-    A call like an earlier one over the same graph (:func:`_replay_key`: the
-    same dtypes, shapes, gradient needs and settings) runs the C++ autograd
-    call that one resolved (ops.spmm.NativeSpmmCall, kept in the graph's
-    state) without resolving it again: a small graph's forward is bound by
-    this host time."""
-    key = _replay_key(graph, weight_csr, mode, x, bias, out_dtype)
-    if key is not None:
-        call = graph.state.native_spmm_calls.get(key)
-        if call is not None:
-            return call(graph, x, bias)
-    given = x
+    config.spmm_backward says (lazily by default)."""
     out_dtype = x.dtype if out_dtype is None else out_dtype
     if (bias is not None and out_dtype == x.dtype and x.dtype in HALF_DTYPES
             and bias.dtype == torch.float32):
@@ -131,29 +119,12 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     if backward == "auto" and torch.compiler.is_compiling():
         # Traced code cannot decide later: the CSR^T if the graph has one.
         backward = "materialized" if graph.state.transpose is not None else "transpose"
-    call = native_spmm_call(graph, edge_values, x, backward)
-    if call is not None:
-        if key is not None and x is given and call.replayable:
-            graph.state.native_spmm_calls[key] = call
-        return call(graph, x, bias)
+    native = native_autograd_spmm(graph, edge_values, x, bias, backward)
+    if native is not None:
+        return native
     if promoting:
         return _spmm_function(graph, edge_values, x, None, backward, spmm_out) + bias
     return _spmm_function(graph, edge_values, x, bias, backward, spmm_out)
-
-
-def _replay_key(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
-                bias: Optional[Tensor], out_dtype: Optional[torch.dtype]) -> Optional[tuple]:
-    """What :func:`propagate`'s choice of a native call depends on besides
-    the graph, for CUDA calls without edge weights (whose values are cached
-    on the graph) in eager mode; None where no call may be replayed. The
-    CSR^T's presence is part of it: once built, it changes the call."""
-    if (weight_csr is not None or torch.compiler.is_compiling() or type(x) is not Tensor
-            or not x.is_cuda):
-        return None
-    return (mode, x.dtype, x.layout, x.device, x.shape, x.requires_grad, out_dtype,
-            None if bias is None else (bias.dtype, bias.shape, bias.requires_grad),
-            torch.is_grad_enabled(), torch.are_deterministic_algorithms_enabled(),
-            config.spmm_backward, config.native_host, graph.state.transpose is not None)
 
 
 def _spmm_function(graph: Graph, edge_values, x: Tensor, bias: Optional[Tensor],
