@@ -1,7 +1,9 @@
 """GCNConv: PyG's graph convolution on the SpMM family's cached kernels."""
+import weakref
 from typing import Any, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Parameter
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
@@ -10,6 +12,7 @@ from torch_geometric.nn.inits import zeros
 from torch_geometric.typing import Adj, OptPairTensor, OptTensor, SparseTensor
 from torch_geometric.utils import spmm
 
+from .. import config
 from ..graph import Graph, prefetch
 from ..ops.bias_gradient import apply_linear, linear, plain_linear
 from ..ops.spmm_functional import SpmmAdjacency, gcn_adjacency
@@ -180,7 +183,14 @@ class GCNConv(FusedMessagePassing):
         :meth:`pyg_forward`. X W, which needs no graph, is enqueued while a
         new graph's index statistics come back
         (``pyg_ioaware.graph.prefetch``); features that need no gradient (a
-        first layer's) are aggregated first (``_aggregates_first``)."""
+        first layer's) are aggregated first (``_aggregates_first``). A call
+        like the layer's last one over the same edge_index runs what that
+        one resolved (:class:`_ResolvedForward`)."""
+        if edge_weight is None and not torch.compiler.is_compiling():
+            resolved = _RESOLVED_FORWARDS.get(self)
+            out = None if resolved is None else resolved.run(self, x, edge_index)
+            if out is not None:
+                return out
         node_dim = self.fused_node_dim(x)
         self.check_flow(edge_index)
         if self._aggregates_first(x, edge_weight, node_dim):
@@ -195,8 +205,13 @@ class GCNConv(FusedMessagePassing):
         # autocast float32 weights over 16-bit X W, so float32 messages and
         # output (one SpMM reading X W as it is). The bias is added inside
         # the aggregation where its dtype is the messages'.
-        return adjacency.propagate(projected, node_dim=node_dim, bias=self.bias,
-                                   ones_dtype=x.dtype if self.normalize else None)
+        calls = []
+        out = adjacency.propagate(projected, node_dim=node_dim, bias=self.bias,
+                                  ones_dtype=x.dtype if self.normalize else None,
+                                  record=calls.append)
+        if calls and edge_weight is None and node_dim == 0 and not self.cached:
+            _ResolvedForward.keep(self, x, edge_index, adjacency.graph, calls[0])
+        return out
 
     def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
         return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j
@@ -306,3 +321,75 @@ class _CachedGraph:
             self.pyg = gcn_norm(adj, weight, num_nodes, conv.improved, conv.add_self_loops,
                                 conv.flow, dtype)
         return self.pyg
+
+
+class _ResolvedForward:
+    """What a fused forward of one GCNConv resolved for an edge_index: X W by
+    ``F.linear``, then one C++ SpMM call (ops.spmm.NativeSpmmCall) over the
+    normalized graph. A later call runs the two directly where the layer,
+    its inputs and the global settings are as they were (:meth:`signature`,
+    the edge_index's identity and version, the graph's CSR^T): the same
+    result for a small graph's forward without its host time. Held per
+    layer in ``_RESOLVED_FORWARDS``, outside the module (which stays
+    picklable); it holds the edge_index and the graph weakly and goes when
+    the graph does, with the structure its call holds."""
+
+    __slots__ = ("edge_index", "version", "graph", "transposed", "signature_", "call")
+
+    def __init__(self, conv: GCNConv, edge_index: Tensor, graph: Graph, signature: tuple,
+                 call: Any):
+        conv_ref = weakref.ref(conv)
+
+        def forget(graph_ref: weakref.ref) -> None:
+            layer = conv_ref()
+            entry = None if layer is None else _RESOLVED_FORWARDS.get(layer)
+            if entry is not None and entry.graph is graph_ref:
+                del _RESOLVED_FORWARDS[layer]
+
+        self.edge_index = weakref.ref(edge_index)
+        self.version = edge_index._version
+        self.graph = weakref.ref(graph, forget)
+        self.transposed = graph.state.transpose is not None
+        self.signature_ = signature
+        self.call = call
+
+    @classmethod
+    def keep(cls, conv: GCNConv, x: Tensor, edge_index: Any, graph: Graph, call: Any) -> None:
+        """Keeps a fused forward's resolution for the layer's next calls,
+        where it may replay (a plain edge_index tensor, eager mode)."""
+        signature = cls.signature(conv, x)
+        if type(edge_index) is Tensor and signature is not None:
+            _RESOLVED_FORWARDS[conv] = cls(conv, edge_index, graph, signature, call)
+
+    @staticmethod
+    def signature(conv: GCNConv, x: Tensor) -> Optional[tuple]:
+        """Everything besides the graph that the fused forward's choices
+        depend on (PyG's path excluded by the caller), or None where no
+        resolution may be kept or replayed."""
+        lin = conv.lin
+        if (torch.compiler.is_compiling() or type(x) is not Tensor or not x.is_cuda
+                or not plain_linear(lin) or lin.bias is not None):
+            return None
+        weight, bias = lin.weight, conv.bias
+        return (x.dtype, x.device, x.shape, x.layout, x.requires_grad,
+                weight.dtype, weight.device, weight.shape, weight.requires_grad,
+                None if bias is None else (bias.dtype, bias.device, bias.shape,
+                                           bias.requires_grad),
+                conv.node_dim, conv.flow, conv.add_self_loops, conv.improved, conv.normalize,
+                conv.cached, torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"),
+                torch.get_autocast_dtype("cuda"), torch.are_deterministic_algorithms_enabled(),
+                config.spmm_backward, config.native_host)
+
+    def run(self, conv: GCNConv, x: Tensor, edge_index: Any) -> Optional[Tensor]:
+        """The forward, where this resolution still holds; else None."""
+        graph = self.graph()
+        if (self.edge_index() is not edge_index or edge_index._version != self.version
+                or graph is None or (graph.state.transpose is not None) != self.transposed
+                or self.signature(conv, x) != self.signature_):
+            return None
+        return self.call(graph, F.linear(x, conv.lin.weight), conv.bias)
+
+
+# GCNConv -> its _ResolvedForward (weak keys: a layer's entry goes with it).
+_RESOLVED_FORWARDS: "weakref.WeakKeyDictionary[GCNConv, _ResolvedForward]" = (
+    weakref.WeakKeyDictionary())

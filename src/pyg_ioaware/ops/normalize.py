@@ -42,7 +42,7 @@ class EdgeValues:
         self._values_t: Optional[Tensor] = None
         # Per (feature width, whether the backward may scatter over A): whether
         # the tuner gives every SpMM over these values the kernels of our own
-        # (ops.spmm.native_autograd_spmm).
+        # (ops.spmm.native_spmm_call).
         self.own_kernels: Dict[Tuple[int, bool], bool] = {}
 
     @property

@@ -291,13 +291,50 @@ class NativeAutogradFallback:
 NATIVE_AUTOGRAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
-                         backward: str) -> Optional[Tensor]:
-    """``SpmmFunction`` over ``graph`` (Y = A X + b, the values needing no
-    gradient; Y in float32 where x is 16-bit and the values float32 (a
-    mixed call), else in x's dtype; a bias of another dtype than Y's added
-    after the aggregation, promoting as torch does) with its autograd in
-    C++ (pyg_ioaware._native_host) where that applies, else None.
+class NativeSpmmCall:
+    """A resolved call of the C++ SpMM autograd (:func:`native_spmm_call`):
+    the structure and values, the CSR^T where the call has one, and the
+    flags, so that a later call of the same kind over the same graph runs
+    it again without resolving it (nn.GCNConv's resolved forward). Holds no
+    Graph: each call makes the NativeAutogradFallback the autograd node
+    keeps."""
+
+    __slots__ = ("extension", "a", "transpose", "num_src", "deterministic", "edge_values",
+                 "x_dtype")
+
+    def __init__(self, extension, a: tuple, transpose: Optional[tuple], num_src: int,
+                 deterministic: bool, edge_values, x_dtype: torch.dtype):
+        self.extension = extension
+        self.a = a
+        self.transpose = transpose
+        self.num_src = num_src
+        self.deterministic = deterministic
+        self.edge_values = edge_values
+        self.x_dtype = x_dtype
+
+    @property
+    def replayable(self) -> bool:
+        """Whether a later call may run this one again: the degree bounds of
+        the structures are known (an unknown one, -1, is read for the next
+        call and must be picked up then)."""
+        return self.a[3] >= 0 and (self.transpose is None or self.transpose[3] >= 0)
+
+    def __call__(self, graph, x: Tensor, bias: Optional[Tensor]) -> Tensor:
+        x = x if x.stride(1) == 1 else x.contiguous()
+        fallback = NativeAutogradFallback(graph, self.edge_values, self.x_dtype)
+        return self.extension.spmm(x, None if bias is None else bias.contiguous(), self.a,
+                                   self.transpose, self.num_src,
+                                   LazyTranspose.MATERIALIZE_WORK, CAST_GRAD_FIRST_DEGREE,
+                                   self.deterministic, fallback)
+
+
+def native_spmm_call(graph, edge_values, x: Tensor, backward: str) -> Optional[NativeSpmmCall]:
+    """The C++ autograd call (pyg_ioaware._native_host) that stands in for
+    ``SpmmFunction`` over ``graph`` for features like ``x``, where it
+    applies, else None. Run on x and a bias, it gives Y = A X + b (the
+    values needing no gradient; Y in float32 where x is 16-bit and the
+    values float32 (a mixed call), else in x's dtype; a bias of another
+    dtype than Y's added after the aggregation, promoting as torch does).
 
     It applies in eager mode on CUDA with config.native_host on and the
     extension loaded, for 16/32-bit features, a non-empty problem,
@@ -305,7 +342,7 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
     ``"materialized"``, where the tuner gives the kernels of our own every
     SpMM the call and its backward may run (the transposed SpMM over A
     only where LazyTranspose's rule may pick it). The deterministic flag is
-    read at the forward."""
+    read here."""
     if not (x.is_cuda and backward in ("auto", "materialized")
             and x.dtype in NATIVE_AUTOGRAD_DTYPES and not edge_values.values.requires_grad
             and not torch.compiler.is_compiling()):
@@ -332,11 +369,8 @@ def native_autograd_spmm(graph, edge_values, x: Tensor, bias: Optional[Tensor],
         edge_values.own_kernels[(width, scatter)] = True  # decided classes stay decided
     fallback = NativeAutogradFallback(graph, edge_values, x.dtype)
     a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
-    x = x if x.stride(1) == 1 else x.contiguous()
-    return extension.spmm(x, None if bias is None else bias.contiguous(), a,
-                          fallback.transpose() if has_transpose else None, graph.num_src,
-                          LazyTranspose.MATERIALIZE_WORK, CAST_GRAD_FIRST_DEGREE, deterministic,
-                          fallback)
+    return NativeSpmmCall(extension, a, fallback.transpose() if has_transpose else None,
+                          graph.num_src, deterministic, edge_values, x.dtype)
 
 
 # ------------------------------------------------------------------ SDDMM

@@ -9,7 +9,7 @@ features.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -18,8 +18,8 @@ from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
 from .normalize import normalized_values, weights_in_csr_order
-from .spmm import (HALF_DTYPES, LazyTranspose, SpmmFunction, mixed_call, native_autograd_spmm,
-                   spmm_trusted)
+from .spmm import (HALF_DTYPES, LazyTranspose, NativeSpmmCall, SpmmFunction, mixed_call,
+                   native_spmm_call, spmm_trusted)
 
 FLOWS = ("source_to_target", "target_to_source")
 
@@ -46,7 +46,8 @@ class SpmmAdjacency:
         self.mode = mode
 
     def propagate(self, h: Tensor, node_dim: int = 0, bias: Optional[Tensor] = None,
-                  ones_dtype: Optional[torch.dtype] = None) -> Tensor:
+                  ones_dtype: Optional[torch.dtype] = None,
+                  record: Optional[Callable[[NativeSpmmCall], None]] = None) -> Tensor:
         """Aggregates ``h`` ([N, C], [N, H, C], or [B, N, C] with
         ``node_dim=-2``) over the graph, plus ``bias`` (broadcast over the
         last dimension) where given; the output keeps the layout.
@@ -59,7 +60,12 @@ class SpmmAdjacency:
         into float32, as PyG's messages do. A bias of the messages' dtype,
         or a float32 one over 16-bit messages, is added inside the
         aggregation (2-D ``h``; Y then in float32, the dtype torch's add
-        promotes to); any other is added after it, promoting as torch does."""
+        promotes to); any other is added after it, promoting as torch does.
+
+        ``record`` is handed the C++ autograd call (ops.spmm.NativeSpmmCall)
+        where one call on ``h`` and ``bias`` gave the whole output (2-D
+        ``h`` along dim 0, the bias, if any, added inside), as
+        :func:`propagate` hands it."""
         graph = self.graph
         if not isinstance(h, Tensor):
             raise TypeError(f"propagate: expected node features as a tensor, got "
@@ -70,8 +76,9 @@ class SpmmAdjacency:
         out_dtype = h.dtype if weight_dtype is None else torch.promote_types(weight_dtype,
                                                                              h.dtype)
         fused = bias is not None and h.dim() == 2 and bias.shape == (h.size(1),)
+        whole = moved is h and h.dim() == 2 and (bias is None or fused)
         out = propagate(graph, self.weight_csr, self.mode, _flat(moved),
-                        bias if fused else None, out_dtype)
+                        bias if fused else None, out_dtype, record if whole else None)
         out = _unflat(out, moved)
         out = out if moved is h else out.movedim(0, node_dim)
         if bias is None or fused:
@@ -85,7 +92,8 @@ class SpmmAdjacency:
 
 
 def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
-              bias: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> Tensor:
+              bias: Optional[Tensor] = None, out_dtype: Optional[torch.dtype] = None,
+              record: Optional[Callable[[NativeSpmmCall], None]] = None) -> Tensor:
     """out[d] = sum over edges (s -> d) of a_e x[s] (+ bias) for 2-D x,
     already checked, and a bias of x's width; a_e from ``mode`` and
     ``weight_csr``; out in ``out_dtype`` (default x's; float32 for 16-bit x
@@ -97,7 +105,10 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     not rounded to 16 bits on the way). Any other bias is added after the
     aggregation, promoting as torch does. Where nothing needs a gradient
     (inference) the autograd Function is skipped; the CSR^T is built where
-    config.spmm_backward says (lazily by default)."""
+    config.spmm_backward says (lazily by default). ``record`` is handed the
+    C++ autograd call (ops.spmm.NativeSpmmCall) where one ran on ``x``
+    itself and may run again as it is (:attr:`NativeSpmmCall.replayable`)."""
+    given = x
     out_dtype = x.dtype if out_dtype is None else out_dtype
     if (bias is not None and out_dtype == x.dtype and x.dtype in HALF_DTYPES
             and bias.dtype == torch.float32):
@@ -119,9 +130,11 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     if backward == "auto" and torch.compiler.is_compiling():
         # Traced code cannot decide later: the CSR^T if the graph has one.
         backward = "materialized" if graph.state.transpose is not None else "transpose"
-    native = native_autograd_spmm(graph, edge_values, x, bias, backward)
-    if native is not None:
-        return native
+    call = native_spmm_call(graph, edge_values, x, backward)
+    if call is not None:
+        if record is not None and x is given and call.replayable:
+            record(call)
+        return call(graph, x, bias)
     if promoting:
         return _spmm_function(graph, edge_values, x, None, backward, spmm_out) + bias
     return _spmm_function(graph, edge_values, x, bias, backward, spmm_out)
