@@ -183,10 +183,10 @@ RUN_TITLES = {
     "results_h200_mixed_bias_minibatch":
         "GCNConv mini-batch steps after the autocast bias over 16-bit features went inside "
         "the mixed aggregation (issue 5)",
-    "results_h200_long_rows_gcn":
-        "GCNConv D=64 and D=512 in fp32, bf16 and fp16 after wide float32 forwards on rows "
-        "of 32 entries and more went to the kernels of our own, H200 (issue 6)",
-    "results_h200_long_rows_minibatch":
+    "results_h200_resolved_forward_gcn":
+        "GCNConv D=64 and D=512 in fp32, bf16 and fp16 with wide float32 forwards on long "
+        "rows on the kernels of our own and the layer's resolved forward, H200 (issue 6)",
+    "results_h200_resolved_forward_minibatch":
         "GCNConv mini-batch steps on the same tree (issue 5)",
     "results_h200_no_edge_path_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) against PyG after the attention "
