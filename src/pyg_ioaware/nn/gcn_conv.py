@@ -338,13 +338,13 @@ class _ResolvedForward:
 
     def __init__(self, conv: GCNConv, edge_index: Tensor, graph: Graph, signature: tuple,
                  call: Any):
-        conv_ref = weakref.ref(conv)
+        conv_ref, forwards = weakref.ref(conv), _RESOLVED_FORWARDS  # no global at teardown
 
         def forget(graph_ref: weakref.ref) -> None:
             layer = conv_ref()
-            entry = None if layer is None else _RESOLVED_FORWARDS.get(layer)
+            entry = None if layer is None else forwards.get(layer)
             if entry is not None and entry.graph is graph_ref:
-                del _RESOLVED_FORWARDS[layer]
+                del forwards[layer]
 
         self.edge_index = weakref.ref(edge_index)
         self.version = edge_index._version
