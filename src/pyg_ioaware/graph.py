@@ -89,7 +89,7 @@ class GraphState:
     per node below that number), its edge_index in PyG's order and the input
     edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per
     (mode, dtype), filled by ops.normalize. (The SpMM backends' plans live
-    beside the structure, in :class:`StructureState`.)
+    beside the structure, in ``StructureState``.)
     """
     transpose: Optional[Transpose] = None
     self_loop_graph: Optional["Graph"] = None

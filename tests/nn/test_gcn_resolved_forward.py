@@ -11,8 +11,7 @@ import torch
 import torch_geometric
 from _helpers import host_extension_calls, random_graph, relative_error
 
-from pyg_ioaware.nn import GCNConv
-from pyg_ioaware.nn import gcn_conv
+from pyg_ioaware.nn import GCNConv, gcn_conv
 from pyg_ioaware.ops import spmm_functional
 
 pytestmark = pytest.mark.cuda

@@ -185,7 +185,7 @@ class GCNConv(FusedMessagePassing):
         (``pyg_ioaware.graph.prefetch``); features that need no gradient (a
         first layer's) are aggregated first (``_aggregates_first``). A call
         like the layer's last one over the same edge_index runs what that
-        one resolved (:class:`_ResolvedForward`)."""
+        one resolved (``_ResolvedForward``)."""
         if edge_weight is None and not torch.compiler.is_compiling():
             resolved = _RESOLVED_FORWARDS.get(self)
             out = None if resolved is None else resolved.run(self, x, edge_index)
