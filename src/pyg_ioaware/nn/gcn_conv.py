@@ -328,13 +328,14 @@ class _ResolvedForward:
     ``F.linear``, then one C++ SpMM call (ops.spmm.NativeSpmmCall) over the
     normalized graph. A later call runs the two directly where the layer,
     its inputs and the global settings are as they were (:meth:`signature`,
-    the edge_index's identity and version, the graph's CSR^T): the same
-    result for a small graph's forward without its host time. Held per
-    layer in ``_RESOLVED_FORWARDS``, outside the module (which stays
-    picklable); it holds the edge_index and the graph weakly and goes when
-    the graph does, with the structure its call holds."""
+    the edge_index's identity and version, the graph's CSR^T, which the
+    call holds where the graph had one): the same result for a small
+    graph's forward without its host time. Held per layer in
+    ``_RESOLVED_FORWARDS``, outside the module (which stays picklable); it
+    holds the edge_index and the graph weakly and goes when the graph does,
+    with the structure its call holds."""
 
-    __slots__ = ("edge_index", "version", "graph", "transposed", "signature_", "call")
+    __slots__ = ("edge_index", "version", "graph", "signature_", "call")
 
     def __init__(self, conv: GCNConv, edge_index: Tensor, graph: Graph, signature: tuple,
                  call: Any):
@@ -349,7 +350,6 @@ class _ResolvedForward:
         self.edge_index = weakref.ref(edge_index)
         self.version = edge_index._version
         self.graph = weakref.ref(graph, forget)
-        self.transposed = graph.state.transpose is not None
         self.signature_ = signature
         self.call = call
 
@@ -384,7 +384,8 @@ class _ResolvedForward:
         """The forward, where this resolution still holds; else None."""
         graph = self.graph()
         if (self.edge_index() is not edge_index or edge_index._version != self.version
-                or graph is None or (graph.state.transpose is not None) != self.transposed
+                or graph is None
+                or (graph.state.transpose is not None) != (self.call.transpose is not None)
                 or self.signature(conv, x) != self.signature_):
             return None
         return self.call(graph, F.linear(x, conv.lin.weight), conv.bias)
