@@ -113,6 +113,18 @@ def kernels(model, batches, precision, new_graph, top):
     return total, count, lines
 
 
+def trace(model, batches, precision, new_graph, path, steps=4):
+    """Writes a chrome trace (host ops and kernels) of ``steps`` steps, after
+    one warm pass over the batches."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+    run_steps(model, optimizer, batches, len(batches), precision, new_graph)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run_steps(model, optimizer, batches, steps, precision, new_graph)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="gcn,gcn-no-loops")
@@ -121,6 +133,9 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=16)
     parser.add_argument("--top", type=int, default=12, help="kernels listed per profile")
+    parser.add_argument("--trace", default=None,
+                        help="folder for chrome traces (CPU and CUDA) of a few new-graph and "
+                             "same-graph steps of ours")
     args = parser.parse_args()
 
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -166,6 +181,10 @@ def main() -> None:
                     print(f"   host us per step, {'new' if new_graph else 'same'} graph:")
                     for phase, seconds in PHASE_TIMES.items():
                         print(f"      {seconds * 1e6 / args.iters:8.1f}  {phase}")
+                if args.trace:
+                    for new_graph in (True, False):
+                        name = f"{size_name}-{case.key}-{precision}-{'new' if new_graph else 'same'}"
+                        trace(model, batches, precision, new_graph, f"{args.trace}/{name}.json")
                 for new_graph in (True, False):
                     total, count, lines = kernels(model, batches, precision, new_graph,
                                                   args.top)
