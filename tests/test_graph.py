@@ -8,7 +8,7 @@ from torch_geometric import EdgeIndex
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops
 
 from pyg_ioaware import Graph, config, ops
-from pyg_ioaware.graph import _GRAPH_CACHE, DROPPED_LOOP, ENV_FORCE_INT64, NEW_LOOP
+from pyg_ioaware.graph import _GRAPH_CACHE, DROPPED_LOOP, NEW_LOOP
 
 
 def assert_structure(graph: Graph, edge_index: torch.Tensor, num_src: int, num_dst: int,
@@ -181,7 +181,7 @@ def test_grouped_input_needs_no_sort(monkeypatch):
 
 
 def test_forced_int64_indices(monkeypatch):
-    monkeypatch.setenv(ENV_FORCE_INT64, "1")
+    monkeypatch.setattr(config, "force_int64_indices", True)
     edge_index = random_graph(30, 20, 100, seed=18)
     graph = Graph.from_edge_index(edge_index, num_nodes=(30, 20))
     assert graph.col.dtype == graph.rowptr.dtype == torch.int64
@@ -264,12 +264,12 @@ def test_degree_bound_of_grouped_input():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS] + ["loops"])
-@pytest.mark.parametrize("force_int64", ["0", "1"])
+@pytest.mark.parametrize("force_int64", [False, True])
 def test_cuda_native_pyg_self_loops_equal_the_torch_build(name, force_int64, monkeypatch):
     """The native remove + add self loops of grouped edges (one call) gives
     the torch build's graph, edge list and kept edges exactly: every
     property graph, int32 and int64 edges, strided, with many input loops."""
-    monkeypatch.setenv(ENV_FORCE_INT64, force_int64)
+    monkeypatch.setattr(config, "force_int64_indices", force_int64)
     if name == "loops":
         num_src = num_dst = 60
         edge_index = random_graph(60, 60, 400, seed=39)
@@ -494,8 +494,8 @@ def test_cuda_native_self_loops_equal_the_torch_structure(grouped, monkeypatch):
     edge_index = random_graph(300, 300, 3000, seed=34, hub_degree=2000)
     if grouped:
         edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)]
-    for force_int64 in ("0", "1"):
-        monkeypatch.setenv(ENV_FORCE_INT64, force_int64)
+    for force_int64 in (False, True):
+        monkeypatch.setattr(config, "force_int64_indices", force_int64)
         graph = Graph.from_edge_index(edge_index.cuda(), 300)
         native = graph.with_remaining_self_loops()
         reference = graph._self_loop_structure(graph.index_dtype)
@@ -511,13 +511,13 @@ def _layouts(edge_index: torch.Tensor) -> list:
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS])
-@pytest.mark.parametrize("force_int64", ["0", "1"])
+@pytest.mark.parametrize("force_int64", [False, True])
 def test_cuda_native_build_equals_the_cpu_build(name, force_int64, monkeypatch):
     """The native index statistics and CSR build (grouped input) give the
     CPU build's structure for every property graph, int32 and int64 input,
     contiguous and strided, grouped and not; leading, inner and trailing
     rows without edges included."""
-    monkeypatch.setenv(ENV_FORCE_INT64, force_int64)
+    monkeypatch.setattr(config, "force_int64_indices", force_int64)
     edge_index, num_src, num_dst = property_case(name, seed_of("native-build", name))
     grouped = edge_index[:, torch.argsort(edge_index[1], stable=True)]
     for ei in (grouped, edge_index):
@@ -535,13 +535,13 @@ def test_cuda_native_build_equals_the_cpu_build(name, force_int64, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", [g[0] for g in PROPERTY_GRAPHS] + ["wide-sources"])
-@pytest.mark.parametrize("force_int64", ["0", "1"])
+@pytest.mark.parametrize("force_int64", [False, True])
 def test_cuda_native_transpose_equals_the_cpu_transpose(name, force_int64, monkeypatch):
     """The native CSR^T (a stable radix sort over the sources' bits) is the
     CPU build's torch.sort result exactly: every property graph, both index
     widths, and sources spread over 2^20 ids (several sort passes) with
     duplicates and sources without edges."""
-    monkeypatch.setenv(ENV_FORCE_INT64, force_int64)
+    monkeypatch.setattr(config, "force_int64_indices", force_int64)
     if name == "wide-sources":
         gen = torch.Generator().manual_seed(seed_of("native-transpose", force_int64))
         num_src, num_dst = (1 << 20) + 3, 500

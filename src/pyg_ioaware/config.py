@@ -26,6 +26,10 @@
     results, bitwise; more host time a call). On by default;
     PYG_IOAWARE_NATIVE_HOST=0 turns it off.
 
+``force_int64_indices``: build every Graph with int64 indices, the path
+    graphs past int32's range take (for tests of that path). Off by
+    default; PYG_IOAWARE_FORCE_INT64_INDICES=1 turns it on.
+
 ``autotune``: time every supported backend the first time a shape class is
     met and keep the fastest (persisted; see ops.tuning). Off by default: the
     heuristic choice costs nothing. Also on with PYG_IOAWARE_AUTOTUNE=1.
@@ -42,3 +46,5 @@ if spmm_backward not in SPMM_BACKWARD_MODES:
 autotune = False
 
 native_host = os.environ.get("PYG_IOAWARE_NATIVE_HOST", "1") != "0"
+
+force_int64_indices = os.environ.get("PYG_IOAWARE_FORCE_INT64_INDICES") == "1"

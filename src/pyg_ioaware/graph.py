@@ -41,7 +41,6 @@ with no graph break.
 """
 from __future__ import annotations
 
-import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple, Union
@@ -49,13 +48,11 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _native
+from . import _native, config
 
 NumNodes = Union[None, int, Tuple[int, int]]
 
 INT32_LIMIT = 2**31 - 1
-# Tests set this to build every Graph with int64 indices (the path large graphs take).
-ENV_FORCE_INT64 = "PYG_IOAWARE_FORCE_INT64_INDICES"
 
 # edge_origin codes of a self-loop graph's entries that carry no input edge.
 NEW_LOOP = -1  # an added self loop: weight = the fill value
@@ -785,7 +782,7 @@ def mark_static(tensor: Tensor) -> Tensor:
 
 
 def _index_dtype(num_src: int, num_dst: int, num_edges: int) -> torch.dtype:
-    if os.environ.get(ENV_FORCE_INT64) == "1":
+    if config.force_int64_indices:
         return torch.int64
     return torch.int32 if max(num_src, num_dst, num_edges) <= INT32_LIMIT else torch.int64
 

@@ -25,8 +25,8 @@ from _helpers import (PROPERTY_GRAPHS, TOLERANCE, native_required, property_case
                       random_graph, seed_of)
 from torch_geometric.utils import scatter
 
-from pyg_ioaware import Graph, _native, ops
-from pyg_ioaware.graph import ENV_FORCE_INT64, structure_state
+from pyg_ioaware import Graph, _native, config, ops
+from pyg_ioaware.graph import structure_state
 from pyg_ioaware.ops import hubs, minmax as mm
 from pyg_ioaware.ops.minmax import MIN_HUB_DEGREE, graph_minmax, hub_degree, walk_code
 
@@ -234,7 +234,7 @@ CPU_VARIANTS = [(dtype, 32) for dtype in DTYPES] + [(torch.float32, 64), (torch.
 @pytest.mark.parametrize("name", GRAPH_NAMES)
 def test_cpu_property(name, dtype, index_width, monkeypatch):
     if index_width == 64:
-        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+        monkeypatch.setattr(config, "force_int64_indices", True)
     index_dtype = torch.int64 if index_width == 64 else torch.int32
     for reduce in REDUCES:
         for width, kind in CPU_CASES:
@@ -250,7 +250,7 @@ def test_cuda_property_sample(name, dtype, index_width, monkeypatch):
     compute-sanitizer."""
     check_native("cuda")
     if index_width == 64:
-        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+        monkeypatch.setattr(config, "force_int64_indices", True)
     index_dtype = torch.int64 if index_width == 64 else torch.int32
     for reduce in REDUCES:
         for width in CUDA_WIDTHS:
@@ -611,7 +611,7 @@ def run_hub_case(scale, reduce, width, dtype, device, index_dtype, monkeypatch):
     edge_index, num_src, num_rows, _, rows_of, _ = hub_case(scale)
     x64, grad64, ref_out, ref_grad, bound, ref_args = hub_reference(scale, reduce, width)
     if index_dtype == torch.int64:
-        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+        monkeypatch.setattr(config, "force_int64_indices", True)
     graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_rows))
     assert graph.col.dtype == index_dtype
     assert torch.equal(graph.col.long().cpu(), edge_index[0]), "CSR order is the input order"

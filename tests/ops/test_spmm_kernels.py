@@ -7,8 +7,7 @@ import pytest
 import torch
 from _helpers import TOLERANCE, random_graph, relative_error, seed_of
 
-from pyg_ioaware import Graph, _native
-from pyg_ioaware.graph import ENV_FORCE_INT64
+from pyg_ioaware import Graph, _native, config
 
 pytestmark = pytest.mark.cuda
 
@@ -30,7 +29,7 @@ def _case(name, width, dtype, values_dtype, index_width, monkeypatch):
     """(graph, values, x for forward, x for transposed, bias), CUDA."""
     _, num_src, num_dst, num_edges, hub = next(g for g in GRAPHS if g[0] == name)
     if index_width == 64:
-        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+        monkeypatch.setattr(config, "force_int64_indices", True)
     edge_index = random_graph(num_src, num_dst, num_edges, seed_of(name), hub_degree=hub)
     graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_dst))
     gen = torch.Generator().manual_seed(seed_of(name, width))

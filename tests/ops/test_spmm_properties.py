@@ -7,8 +7,7 @@ import pytest
 import torch
 from _helpers import PROPERTY_GRAPHS, PROPERTY_WIDTHS, TOLERANCE, property_case, seed_of
 
-from pyg_ioaware import Graph, ops
-from pyg_ioaware.graph import ENV_FORCE_INT64
+from pyg_ioaware import Graph, config, ops
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 MODES = ["sum", "mean", "gcn"]
@@ -83,7 +82,7 @@ def assert_close(ours, refs, dtype):
 @pytest.mark.parametrize("mode", MODES)
 def test_cpu_float64_and_float32(name, mode, index_width, monkeypatch):
     if index_width == 64:
-        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+        monkeypatch.setattr(config, "force_int64_indices", True)
     for weighted in (False, True):
         for width, dtype in ((3, torch.float64), (17, torch.float32)):
             assert_close(*run_case(name, mode, weighted, width, dtype, "cpu"), dtype)
@@ -102,7 +101,7 @@ def test_cuda_property_sample(name, dtype, index_width, monkeypatch):
     """The GPU sample; gpu_check.sh runs its fp32 and bf16 cases under
     compute-sanitizer."""
     if index_width == 64:
-        monkeypatch.setenv(ENV_FORCE_INT64, "1")
+        monkeypatch.setattr(config, "force_int64_indices", True)
     for mode in MODES:
         for weighted in (False, True):
             for width in PROPERTY_WIDTHS:
@@ -112,7 +111,7 @@ def test_cuda_property_sample(name, dtype, index_width, monkeypatch):
 def test_graph_build_matches_for_int32_and_int64(monkeypatch):
     edge_index, n, _ = property_case("hub-square", 3)
     small = Graph.from_edge_index(edge_index, n)
-    monkeypatch.setenv(ENV_FORCE_INT64, "1")
+    monkeypatch.setattr(config, "force_int64_indices", True)
     large = Graph.from_edge_index(edge_index, n)
     assert small.col.dtype == torch.int32 and large.col.dtype == torch.int64
     assert torch.equal(small.col.long(), large.col) and torch.equal(small.rowptr.long(),

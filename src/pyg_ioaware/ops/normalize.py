@@ -100,13 +100,18 @@ def normalized_values(graph: Graph, weight_csr: Optional[Tensor], mode: str,
     key = (mode, dtype)
     cached = graph.state.values.get(key)
     if cached is None:
-        cached = graph.state.values[key] = _compute_cached(graph, mode, dtype)
+        compute = _compute_cached_eagerly if torch.compiler.is_compiling() else _compute_cached
+        cached = graph.state.values[key] = compute(graph, mode, dtype)
     return cached
 
 
-@torch.compiler.disable
 def _compute_cached(graph: Graph, mode: str, dtype: torch.dtype) -> EdgeValues:
     return EdgeValues(graph, _compute(graph, None, mode, dtype), static=True)
+
+
+# Traced code computes the cached values eagerly (one graph break); eager
+# calls skip that wrapper, whose cost would show on every new graph.
+_compute_cached_eagerly = torch.compiler.disable(_compute_cached)
 
 
 def _compute(graph: Graph, weight_csr: Optional[Tensor], mode: str,
