@@ -588,6 +588,45 @@ def test_cuda_native_index_statistics():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("name", ["single-node", "small-square", "hub-square", "dense"])
+@pytest.mark.parametrize("host", [False, True])
+@pytest.mark.parametrize("force_int64", [False, True])
+def test_cuda_gcn_values_built_with_the_self_loop_graph(name, host, force_int64, monkeypatch):
+    """Graph.from_input(with_self_loops=True, gcn_values=True) of grouped
+    edges without self loops: the self-loop graph's GCN values come from the
+    build's own launches (C++ and ctypes alike), bitwise pygio_gcn_norm's,
+    and the first float32 "gcn" request takes them (then releases the
+    slot); with an input self loop (or no edge) the build writes none and
+    the values are computed as before."""
+    from pyg_ioaware import _native
+    from pyg_ioaware.ops.normalize import normalized_values
+
+    monkeypatch.setattr(config, "native_host", host)
+    monkeypatch.setattr(config, "force_int64_indices", force_int64)
+    edge_index, n, _ = property_case(name, seed_of("gcn-values", name))
+    for with_loop in (False, True):
+        ei = edge_index[:, edge_index[0] != edge_index[1]]
+        if with_loop:
+            ei = torch.cat([ei, torch.zeros(2, 1, dtype=ei.dtype)], dim=1)
+        ei = ei[:, torch.argsort(ei[1], stable=True)].cuda()
+        looped = Graph.from_input(ei, n, with_self_loops=True,
+                                  gcn_values=True).with_remaining_self_loops()
+        built = looped.state.gcn_values
+        expected = _native.gcn_norm(looped.rowptr, looped.col, looped.row, None,
+                                    looped.state.edge_origin if with_loop else None,
+                                    torch.float32)
+        # (An input without edges builds no native graph: its loops come on first use.)
+        assert (built is None) == (with_loop or ei.size(1) == 0)
+        if built is not None:
+            assert built.dtype == torch.float32 and torch.equal(built, expected)
+            before = looped.nbytes
+        values = normalized_values(looped, None, "gcn", torch.float32).values
+        assert torch.equal(values, expected) and looped.state.gcn_values is None
+        if built is not None:
+            assert values is built and looped.nbytes == before
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("entries", [True, False])
 def test_cuda_native_statistics_write_the_grouped_csr(entries):
     """The statistics' launch with the CSR outputs (a new graph's build in
@@ -609,8 +648,10 @@ def test_cuda_native_statistics_write_the_grouped_csr(entries):
                         for num_rows in (45, 70):
                             loops = entries or (index_dtype == layout.dtype
                                                 and layout.stride(1) == 1)
+                            gcn_values = num_rows == 70
                             stats, csr, looped = _native.grouped_graph(
-                                layout, num_rows, num_rows, index_dtype, entries, loops)
+                                layout, num_rows, num_rows, index_dtype, entries, loops,
+                                gcn_values)
                             assert stats == expected
                             assert len(csr) == (3 if entries else 1)
                             assert all(t.dtype == index_dtype for t in csr)
@@ -623,9 +664,16 @@ def test_cuda_native_statistics_write_the_grouped_csr(entries):
                             for got, reference in zip(csr, want):
                                 assert torch.equal(got, reference)
                             if looped is not None:  # the self-loop graph over that CSR
-                                for got, reference in zip(looped, _native.csr_add_self_loops(
+                                for got, reference in zip(looped[:4], _native.csr_add_self_loops(
                                         *want, None)):
                                     assert torch.equal(got, reference)
+                                # Its GCN values where asked for and the input has no loop:
+                                # pygio_gcn_norm's, bitwise.
+                                assert (looped[4] is not None) == (
+                                    gcn_values and stats.self_loops == 0)
+                                if looped[4] is not None:
+                                    assert torch.equal(looped[4], _native.gcn_norm(
+                                        *looped[:3], None, None, torch.float32))
 
 
 def test_cpu_index_statistics_match_the_native_contract():

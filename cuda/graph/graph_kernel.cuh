@@ -7,6 +7,19 @@
 
 namespace pygio {
 
+// deg^-1/2, 0 where deg = 0 (GCN's normalization).
+template <typename acc_t>
+__device__ __forceinline__ acc_t inv_sqrt_or_zero(acc_t deg) {
+  return deg == acc_t(0) ? acc_t(0) : acc_t(1) / sqrt(deg);
+}
+
+// deg^-1/2 of node v in the self-loop graph where every entry weighs 1: its
+// input entries plus its loop (out_gcn_values of pygio_self_loops_params).
+template <typename index_t>
+__device__ __forceinline__ float looped_degree_factor(const index_t* rowptr, index_t v) {
+  return inv_sqrt_or_zero(static_cast<float>(rowptr[v + 1] - rowptr[v] + 1));
+}
+
 // Thread r < num_nodes: the loop of row r goes first in its row (at
 // rowptr[r] + r), marked NEW_LOOP until an input loop claims it; thread
 // r <= num_nodes writes out_rowptr[r] = rowptr[r] + r.
@@ -26,6 +39,10 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       out_col[start] = static_cast<index_t>(r);
       out_row[start] = static_cast<index_t>(r);
       p.out_origin[start] = kNewLoop;
+      if (p.out_gcn_values != nullptr) {  // as gcn_values_kernel: deg^-1/2 * 1 * deg^-1/2
+        const float factor = looped_degree_factor(rowptr, static_cast<index_t>(r));
+        p.out_gcn_values[start] = factor * 1.0f * factor;
+      }
     }
   }
 }
@@ -50,6 +67,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     const int64_t input_id = edge_perm != nullptr ? static_cast<int64_t>(edge_perm[e]) : e;
     out_col[pos] = c;
     out_row[pos] = r;
+    if (p.out_gcn_values != nullptr)  // as gcn_values_kernel: deg^-1/2(c) * 1 * deg^-1/2(r)
+      p.out_gcn_values[pos] = looped_degree_factor(rowptr, c) * 1.0f *
+                              looped_degree_factor(rowptr, r);
     if (c == r) {
       p.out_origin[pos] = kDroppedLoop;
       long long* loop_origin =
@@ -68,12 +88,6 @@ template <typename acc_t, typename Params>
 __device__ __forceinline__ acc_t entry_weight(const Params& p, int64_t e) {
   if (p.weight != nullptr) return static_cast<const acc_t*>(p.weight)[e];
   return acc_t(p.origin == nullptr || p.origin[e] != kDroppedLoop);
-}
-
-// deg^-1/2, 0 where deg = 0 (GCN's normalization).
-template <typename acc_t>
-__device__ __forceinline__ acc_t inv_sqrt_or_zero(acc_t deg) {
-  return deg == acc_t(0) ? acc_t(0) : acc_t(1) / sqrt(deg);
 }
 
 // Warp per row: deg(r) = sum of the row's entry_weight, in scalar_t's

@@ -77,7 +77,7 @@ std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index) {
 
 std::tuple<std::vector<int64_t>, std::vector<torch::Tensor>, std::vector<torch::Tensor>>
 grouped_graph(const torch::Tensor& edge_index, int64_t num_src, int64_t num_dst,
-              c10::ScalarType index_dtype, bool entries, bool self_loops) {
+              c10::ScalarType index_dtype, bool entries, bool self_loops, bool gcn_values) {
   TORCH_CHECK(!self_loops || num_src == num_dst, "grouped_graph: self loops need a square graph");
   TORCH_CHECK(!self_loops || entries ||
                   (edge_index.scalar_type() == index_dtype && edge_index.stride(1) == 1),
@@ -86,15 +86,15 @@ grouped_graph(const torch::Tensor& edge_index, int64_t num_src, int64_t num_dst,
   const EdgeStatsRead pending(edge_index, num_dst, index_dtype, entries);
   std::vector<int64_t> raw = pending.read();
   std::vector<torch::Tensor> looped;
-  // PYGIO_EDGE_STATS: min src, min dst, ~max src, ~max dst, grouped, ...
+  // PYGIO_EDGE_STATS: min src, min dst, ~max src, ~max dst, grouped, ~longest
+  // run, self loops.
   const bool grouped_in_range = raw[0] >= 0 && raw[1] >= 0 && ~raw[2] < num_src &&
                                 ~raw[3] < num_dst && raw[4] != 0;
   if (self_loops && grouped_in_range) {
     const auto& csr = pending.csr();
     const torch::Tensor col = entries ? csr[1] : edge_index.select(0, 0);
     const torch::Tensor row = entries ? csr[2] : edge_index.select(0, 1);
-    auto [rowptr_l, col_l, row_l, origin_l] = csr_add_self_loops(csr[0], col, row, c10::nullopt);
-    looped = {rowptr_l, col_l, row_l, origin_l};
+    looped = csr_add_self_loops(csr[0], col, row, c10::nullopt, gcn_values && raw[6] == 0);
   }
   return {std::move(raw), pending.csr(), std::move(looped)};
 }
@@ -119,9 +119,10 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_from_grouped(
   return {rowptr, col, row};
 }
 
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_self_loops(
-    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-    const c10::optional<torch::Tensor>& edge_perm) {
+std::vector<torch::Tensor> csr_add_self_loops(const torch::Tensor& rowptr,
+                                              const torch::Tensor& col, const torch::Tensor& row,
+                                              const c10::optional<torch::Tensor>& edge_perm,
+                                              bool gcn_values) {
   const auto index_dtype = rowptr.scalar_type();
   TORCH_CHECK(col.scalar_type() == index_dtype && row.scalar_type() == index_dtype &&
                   (!edge_perm.has_value() || edge_perm->scalar_type() == index_dtype),
@@ -131,6 +132,8 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_s
   torch::Tensor out_col = torch::empty({entries}, rowptr.options());
   torch::Tensor out_row = torch::empty({entries}, rowptr.options());
   torch::Tensor out_origin = torch::empty({entries}, rowptr.options().dtype(torch::kLong));
+  torch::Tensor out_values =
+      gcn_values ? torch::empty({entries}, rowptr.options().dtype(torch::kFloat)) : torch::Tensor();
   pygio_self_loops_params p{};
   p.struct_size = sizeof(p);
   p.index_bits = index_bits(index_dtype);
@@ -145,9 +148,12 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_s
   p.out_col = out_col.data_ptr();
   p.out_row = out_row.data_ptr();
   p.out_origin = out_origin.data_ptr<int64_t>();
+  p.out_gcn_values = gcn_values ? out_values.data_ptr<float>() : nullptr;
   p.stream = current_stream(rowptr);
   check(native.csr_add_self_loops(&p), "pygio_csr_add_self_loops");
-  return {out_rowptr, out_col, out_row, out_origin};
+  std::vector<torch::Tensor> out{out_rowptr, out_col, out_row, out_origin};
+  if (gcn_values) out.push_back(out_values);
+  return out;
 }
 
 std::vector<torch::Tensor> csr_pyg_self_loops(const torch::Tensor& edge_index, int64_t num_rows,

@@ -71,22 +71,25 @@ std::vector<int64_t> edge_index_stats(const torch::Tensor& edge_index);
 // self loops enqueued behind it (csr_add_self_loops over that CSR; without
 // entries its col and row are edge_index's rows). Returns (the raw values,
 // EdgeStatsRead::csr(), [] or the self-loop graph's [rowptr, col, row,
-// origin]).
+// origin], followed, with gcn_values where the values count no input self
+// loop, by its float32 GCN values without weights (csr_add_self_loops)).
 std::tuple<std::vector<int64_t>, std::vector<torch::Tensor>, std::vector<torch::Tensor>>
 grouped_graph(const torch::Tensor& edge_index, int64_t num_src, int64_t num_dst,
-              c10::ScalarType index_dtype, bool entries, bool self_loops);
+              c10::ScalarType index_dtype, bool entries, bool self_loops, bool gcn_values);
 
 // pygio_csr_from_grouped: (rowptr [num_rows + 1], col [E], row [E]) in
 // index_dtype, allocated here.
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> csr_from_grouped(
     const torch::Tensor& edge_index, int64_t num_rows, c10::ScalarType index_dtype);
 
-// pygio_csr_add_self_loops: (rowptr, col, row, origin) of the square CSR
+// pygio_csr_add_self_loops: [rowptr, col, row, origin] of the square CSR
 // graph with PyG's remaining self loops, allocated here (indices in the
-// input's index dtype, origin int64).
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> csr_add_self_loops(
-    const torch::Tensor& rowptr, const torch::Tensor& col, const torch::Tensor& row,
-    const c10::optional<torch::Tensor>& edge_perm);
+// input's index dtype, origin int64), and with gcn_values its float32 GCN
+// values without weights (out_gcn_values: the input must hold no self loop).
+std::vector<torch::Tensor> csr_add_self_loops(const torch::Tensor& rowptr,
+                                              const torch::Tensor& col, const torch::Tensor& row,
+                                              const c10::optional<torch::Tensor>& edge_perm,
+                                              bool gcn_values);
 
 // pygio_csr_pyg_self_loops: PyG's remove + add self loops of edges grouped
 // by destination, num_kept of them no loop: (edges [2, num_kept +

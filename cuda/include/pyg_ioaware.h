@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 7
+#define PYGIO_ABI_VERSION 8
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -517,6 +517,12 @@ PYGIO_API int pygio_csr_pyg_self_loops(const pygio_pyg_self_loops_params* params
  * the row's input loops, or -1 (NEW_LOOP) where it has none. out_rowptr has
  * num_nodes + 1 entries; out_col, out_row and out_origin (int64) have
  * nnz + num_nodes. Where nnz + num_nodes == 0 only out_rowptr is written.
+ * out_gcn_values, where not NULL, gets GCN's normalized values of the output
+ * graph with every entry weighing 1 (float32, nnz + num_nodes): entry (r, c)
+ * deg(c)^-1/2 deg(r)^-1/2 with deg(v) = rowptr[v+1] - rowptr[v] + 1 (v's
+ * entries plus its loop), what pygio_gcn_norm gives the output without
+ * weights. Valid only where the input holds no self loop (a dropped loop
+ * would weigh 0); the caller knows that, the kernels do not check it.
  */
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_self_loops_params) */
@@ -532,6 +538,7 @@ typedef struct {
   void* out_col;
   void* out_row;
   int64_t* out_origin;
+  float* out_gcn_values;   /* or NULL (see above) */
   void* stream;
 } pygio_self_loops_params;
 

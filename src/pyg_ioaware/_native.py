@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 7
+ABI_VERSION = 8
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -401,6 +401,7 @@ class SelfLoopsParams(ctypes.Structure):
         ("out_col", ctypes.c_void_p),
         ("out_row", ctypes.c_void_p),
         ("out_origin", ctypes.POINTER(ctypes.c_int64)),
+        ("out_gcn_values", ctypes.POINTER(ctypes.c_float)),
         ("stream", ctypes.c_void_p),
     ]
 
@@ -1157,31 +1158,38 @@ def transformer_alpha(rowptr: Tensor, col: Tensor, q: Tensor, k: Tensor, edge: O
     check(library().pygio_transformer_alpha(ctypes.byref(params)))
 
 
-def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor,
-                       edge_perm: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Optional[Tensor],
+                       gcn_values: bool = False) -> Tuple[Tensor, ...]:
     """Enqueues PyG's remaining self loops of a square CSR graph: (rowptr,
-    col, row, origin), indices in the input's dtype, origin int64 (contract:
+    col, row, origin), indices in the input's dtype, origin int64, then with
+    ``gcn_values`` the result's float32 GCN values without weights (the
+    input must hold no self loop), else None (contract:
     pygio_csr_add_self_loops in pyg_ioaware.h)."""
     indices = [rowptr, col, row] + ([] if edge_perm is None else [edge_perm])
     if any(t.dtype != rowptr.dtype for t in indices):
         raise TypeError("csr_add_self_loops: every index tensor must share one dtype")
     host = _native_host.active()
     if host is not None:
-        return _host_call(host.csr_add_self_loops, rowptr, col, row, edge_perm)
+        out = _host_call(host.csr_add_self_loops, rowptr, col, row, edge_perm, gcn_values)
+        return (*out, None) if len(out) == 4 else tuple(out)
     num_nodes, entries = rowptr.numel() - 1, col.numel() + rowptr.numel() - 1
     out_rowptr = torch.empty(num_nodes + 1, dtype=rowptr.dtype, device=rowptr.device)
     out_col, out_row = (torch.empty(entries, dtype=rowptr.dtype, device=rowptr.device)
                         for _ in range(2))
     out_origin = torch.empty(entries, dtype=torch.int64, device=rowptr.device)
+    out_values = (torch.empty(entries, dtype=torch.float32, device=rowptr.device)
+                  if gcn_values else None)
     params = SelfLoopsParams(struct_size=ctypes.sizeof(SelfLoopsParams),
                              index_bits=index_bits(rowptr.dtype), device=rowptr.device.index,
                              num_nodes=num_nodes, nnz=col.numel(),
                              rowptr=rowptr.data_ptr(), col=col.data_ptr(), row=row.data_ptr(),
                              edge_perm=pointer(edge_perm), out_rowptr=out_rowptr.data_ptr(),
                              out_col=out_col.data_ptr(), out_row=out_row.data_ptr(),
-                             out_origin=_int64_pointer(out_origin), stream=stream_of(rowptr))
+                             out_origin=_int64_pointer(out_origin),
+                             out_gcn_values=_float_pointer(out_values),
+                             stream=stream_of(rowptr))
     check(library().pygio_csr_add_self_loops(ctypes.byref(params)))
-    return out_rowptr, out_col, out_row, out_origin
+    return out_rowptr, out_col, out_row, out_origin, out_values
 
 
 def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
@@ -1347,7 +1355,7 @@ def grouped_in_range(stats: EdgeIndexStats, num_src: int, num_dst: int) -> bool:
 
 
 def grouped_graph(edge_index: Tensor, num_src: int, num_dst: int, index_dtype: torch.dtype,
-                  entries: bool = True, self_loops: bool = False
+                  entries: bool = True, self_loops: bool = False, gcn_values: bool = False
                   ) -> Tuple[EdgeIndexStats, List[Tensor], Optional[Tuple[Tensor, ...]]]:
     """A new graph's native build over a CUDA edge_index [2, E] with E > 0:
     one launch for its statistics, read back (one host synchronisation),
@@ -1356,8 +1364,9 @@ def grouped_graph(edge_index: Tensor, num_src: int, num_dst: int, index_dtype: t
     ``index_dtype``); with ``self_loops`` (a square graph), where
     :func:`grouped_in_range`, the graph with PyG's remaining self loops
     over that CSR too (:func:`csr_add_self_loops`; without ``entries`` its
-    col and row are edge_index's rows), else None. One call from C++ where
-    the host extension is loaded."""
+    col and row are edge_index's rows; with ``gcn_values``, where the
+    input holds no self loop, its GCN values, else None), else None. One
+    call from C++ where the host extension is loaded."""
     if self_loops and num_src != num_dst:
         raise ValueError("grouped_graph: self loops need a square graph")
     if self_loops and not entries and (edge_index.dtype != index_dtype
@@ -1368,14 +1377,17 @@ def grouped_graph(edge_index: Tensor, num_src: int, num_dst: int, index_dtype: t
     host = _native_host.active()
     if host is not None:
         raw, csr, looped = _host_call(host.grouped_graph, edge_index, num_src, num_dst,
-                                      index_dtype, entries, self_loops)
-        return decode_edge_index_stats(raw), list(csr), tuple(looped) if looped else None
+                                      index_dtype, entries, self_loops, gcn_values)
+        if looped:
+            looped = (*looped, None) if len(looped) == 4 else tuple(looped)
+        return decode_edge_index_stats(raw), list(csr), looped or None
     pending = _EdgeStatsRead(edge_index, num_dst, index_dtype, entries)
     stats, csr = decode_edge_index_stats(pending.read()), list(pending.csr())
     looped = None
     if self_loops and grouped_in_range(stats, num_src, num_dst):
         col, row = (csr[1], csr[2]) if entries else (edge_index[0], edge_index[1])
-        looped = csr_add_self_loops(csr[0], col, row, None)
+        looped = csr_add_self_loops(csr[0], col, row, None,
+                                    gcn_values and stats.self_loops == 0)
     return stats, csr, looped
 
 

@@ -85,7 +85,10 @@ class GraphState:
     graph attention layers run on (input self loops removed, one loop added
     per node below that number), its edge_index in PyG's order and the input
     edges it keeps (nn.GATv2Conv); ``values``: normalized edge values per
-    (mode, dtype), filled by ops.normalize. (The SpMM backends' plans live
+    (mode, dtype), filled by ops.normalize; ``gcn_values`` (on a self-loop
+    graph only): float32 GCN values without weights that the build wrote
+    with the structure (``Graph.from_input(..., gcn_values=True)``), until
+    ops.normalize takes them into ``values``. (The SpMM backends' plans live
     beside the structure, in ``StructureState``.)
     """
     transpose: Optional[Transpose] = None
@@ -96,6 +99,7 @@ class GraphState:
     dropped_loops: bool = True
     attention_graphs: Dict[int, Tuple["Graph", Tensor, Tensor]] = field(default_factory=dict)
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
+    gcn_values: Optional[Tensor] = None
 
 
 class Graph:
@@ -206,7 +210,7 @@ class Graph:
         self-loop graph included)."""
         state = self.state
         tensors = [self.rowptr, self.col, self.row, self.edge_perm, self.input_values,
-                   state.edge_origin]
+                   state.edge_origin, state.gcn_values]
         if state.transpose is not None:
             t = state.transpose
             tensors += [t.rowptr, t.col, t.row, t.perm]
@@ -242,11 +246,14 @@ class Graph:
 
     @classmethod
     def _from_edge_index(cls, edge_index: Tensor, num_nodes: NumNodes = None,
-                         input_values: Optional[Tensor] = None,
-                         self_loops: bool = False) -> "Graph":
+                         input_values: Optional[Tensor] = None, self_loops: bool = False,
+                         gcn_values: bool = False) -> "Graph":
         """:meth:`from_edge_index`; with ``self_loops``, a square graph's
         :meth:`with_remaining_self_loops` is built in the same native call
-        where the edges come grouped (CUDA), else left to its first use."""
+        where the edges come grouped (CUDA), else left to its first use;
+        with ``gcn_values`` too, that call also writes its GCN values
+        without weights where the input holds no self loop
+        (``GraphState.gcn_values``)."""
         _check_edge_index(edge_index)
         num_edges = edge_index.size(1)
         if input_values is not None and input_values.size(0) != num_edges:
@@ -272,7 +279,8 @@ class Graph:
                      and _self_loop_index_dtype(num_dst, num_edges) == index_dtype)
             stats, csr, looped = _native.grouped_graph(
                 edge_index, num_src, num_dst, index_dtype,
-                entries=not _index_views(edge_index, index_dtype), self_loops=loops)
+                entries=not _index_views(edge_index, index_dtype), self_loops=loops,
+                gcn_values=gcn_values)
         else:
             stats = _index_stats(edge_index)  # the one host synchronisation
             num_src, num_dst = _resolve_num_nodes(num_nodes,
@@ -301,7 +309,7 @@ class Graph:
 
     @classmethod
     def from_input(cls, adj: Any, num_nodes: NumNodes = None, *,
-                   with_self_loops: bool = False) -> "Graph":
+                   with_self_loops: bool = False, gcn_values: bool = False) -> "Graph":
         """The Graph of ``adj``, from the cache when ``adj`` was seen before.
 
         Args:
@@ -318,6 +326,10 @@ class Graph:
                 the same native call where the edges come grouped by
                 destination (CUDA), one host call fewer for a new graph.
                 The Graph returned is ``adj``'s either way.
+            gcn_values (bool): with ``with_self_loops``, that native call
+                also writes the self-loop graph's float32 GCN values without
+                edge weights (where the input holds no self loop), which
+                ops.normalize then takes instead of computing them.
 
         The cache is keyed by the tensor's identity, its version counter
         and the node counts, and holds tensors weakly: an in-place change
@@ -333,7 +345,8 @@ class Graph:
             _check_graph_nodes(adj, num_nodes)
             return adj
         if isinstance(adj, Tensor):
-            build = cls._from_tensor_self_looped if with_self_loops else cls._from_tensor
+            build = (cls._from_tensor if not with_self_loops else
+                     cls._from_tensor_gcn if gcn_values else cls._from_tensor_self_looped)
             return _cached_graph(adj, num_nodes, build)
         if _is_sparse_tensor(adj):
             return _cached_graph(adj, num_nodes, cls._from_sparse_tensor)
@@ -341,8 +354,8 @@ class Graph:
                         f"SparseTensor or Graph, got {type(adj).__name__}")
 
     @classmethod
-    def _from_tensor(cls, adj: Tensor, num_nodes: NumNodes,
-                     self_loops: bool = False) -> "Graph":
+    def _from_tensor(cls, adj: Tensor, num_nodes: NumNodes, self_loops: bool = False,
+                     gcn_values: bool = False) -> "Graph":
         if adj.layout in (torch.sparse_coo, torch.sparse_csr):
             return cls._from_torch_sparse(adj, num_nodes)
         if adj.layout != torch.strided:
@@ -350,11 +363,16 @@ class Graph:
                              f"(use COO, CSR or an edge_index)")
         if num_nodes is None:
             num_nodes = _edge_index_sparse_size(adj)
-        return cls._from_edge_index(_plain_tensor(adj), num_nodes, self_loops=self_loops)
+        return cls._from_edge_index(_plain_tensor(adj), num_nodes, self_loops=self_loops,
+                                    gcn_values=gcn_values)
 
     @classmethod
     def _from_tensor_self_looped(cls, adj: Tensor, num_nodes: NumNodes) -> "Graph":
         return cls._from_tensor(adj, num_nodes, self_loops=True)
+
+    @classmethod
+    def _from_tensor_gcn(cls, adj: Tensor, num_nodes: NumNodes) -> "Graph":
+        return cls._from_tensor(adj, num_nodes, self_loops=True, gcn_values=True)
 
     @classmethod
     def _from_torch_sparse(cls, adj: Tensor, num_nodes: NumNodes) -> "Graph":
@@ -471,13 +489,15 @@ class Graph:
             structure = self._self_loop_structure(index_dtype)
         return self._self_loop_graph_of(*structure)
 
-    def _self_loop_graph_of(self, rowptr: Tensor, col: Tensor, row: Tensor,
-                            origin: Tensor) -> "Graph":
-        """The self-loop graph over its structure (pygio_csr_add_self_loops's)."""
+    def _self_loop_graph_of(self, rowptr: Tensor, col: Tensor, row: Tensor, origin: Tensor,
+                            gcn_values: Optional[Tensor] = None) -> "Graph":
+        """The self-loop graph over its structure (pygio_csr_add_self_loops's,
+        its GCN values where it wrote them)."""
         n = self.num_dst
         looped = Graph(rowptr=rowptr, col=col, row=row, num_src=n, num_dst=n,
                        degree_bound=None if self.degree_bound is None else self.degree_bound + 1)
         looped.state.edge_origin = origin
+        looped.state.gcn_values = gcn_values
         looped.state.dropped_loops = self.self_loops != 0
         return looped
 

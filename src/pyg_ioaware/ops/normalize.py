@@ -106,7 +106,15 @@ def normalized_values(graph: Graph, weight_csr: Optional[Tensor], mode: str,
 
 
 def _compute_cached(graph: Graph, mode: str, dtype: torch.dtype) -> EdgeValues:
-    return EdgeValues(graph, _compute(graph, None, mode, dtype), static=True)
+    """Values without weights, kept on the graph: for ``"gcn"`` in float32
+    those its build wrote (``GraphState.gcn_values``) where it did (the
+    same values, bitwise), else computed."""
+    built = None
+    if mode == "gcn":
+        built, graph.state.gcn_values = graph.state.gcn_values, None
+    if built is None or dtype != torch.float32:
+        built = _compute(graph, None, mode, dtype)
+    return EdgeValues(graph, built, static=True)
 
 
 # Traced code computes the cached values eagerly (one graph break); eager

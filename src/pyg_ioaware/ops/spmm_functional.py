@@ -207,9 +207,11 @@ def gcn_adjacency(adj: Any, num_nodes: NumNodes, edge_weight: Optional[Tensor] =
     if flow not in FLOWS:
         raise ValueError(f"{who}: flow must be one of {FLOWS}, got {flow!r}")
     # A new graph's self-loop graph is built with it where the flow keeps
-    # its direction (the reversed graph's loops are built on first use).
+    # its direction (the reversed graph's loops are built on first use),
+    # with its values where they need no weights.
     graph = Graph.from_input(adj, num_nodes,
-                             with_self_loops=add_self_loops and flow == "source_to_target")
+                             with_self_loops=add_self_loops and flow == "source_to_target",
+                             gcn_values=normalize and edge_weight is None)
     if flow == "target_to_source":
         graph = graph.reversed()
     edge_weight = input_edge_weight(graph, edge_weight, who)
