@@ -6,8 +6,9 @@
 #   bash scripts/ab_minibatch.sh BASELINE_SRC OUTDIR
 #
 # Both trees use the same native library ($PYG_IOAWARE_NATIVE_LIB, else the
-# prebuilt .native/libpyg_ioaware_native.so): compare Python-side changes
-# with it, or build one library per tree and run this script twice.
+# prebuilt .native/libpyg_ioaware_native.so) and host extension
+# ($PYG_IOAWARE_HOST_LIB, if set), unless BASE_NATIVE_LIB / BASE_HOST_LIB
+# name the baseline's own (a change to the native ABI).
 # Environment: CASES (default "gcn-no-loops,sage-mean"), SIZES ("all"),
 # DTYPES ("fp32,bf16"), ITERS (40), WARMUP (8), ROUNDS (1: baseline then
 # this tree; 2: baseline, this tree, baseline, this tree).
@@ -31,8 +32,14 @@ export PYG_IOAWARE_NATIVE_LIB=${PYG_IOAWARE_NATIVE_LIB:-$ROOT/.native/libpyg_ioa
 for round in $(seq 1 "${ROUNDS:-1}"); do
   for tree in base new; do
     src=$([[ $tree == base ]] && echo "$BASE_SRC" || echo "$ROOT/src")
+    lib=$PYG_IOAWARE_NATIVE_LIB
+    host=${PYG_IOAWARE_HOST_LIB:-}
+    if [[ $tree == base ]]; then
+      lib=${BASE_NATIVE_LIB:-$lib}
+      host=${BASE_HOST_LIB:-$host}
+    fi
     echo "=== round $round, $tree: $src"
-    PYTHONPATH=$src python -m pyg_ioaware.bench --cases none --minibatch "${SIZES:-all}" \
+    PYG_IOAWARE_NATIVE_LIB=$lib PYG_IOAWARE_HOST_LIB=$host PYTHONPATH=$src python -m pyg_ioaware.bench --cases none --minibatch "${SIZES:-all}" \
       --minibatch-cases "${CASES:-gcn-no-loops,sage-mean}" --dtypes "${DTYPES:-fp32,bf16}" \
       --iters "${ITERS:-40}" --warmup "${WARMUP:-8}" --out "$OUTDIR/$tree-$round" \
       > "$OUTDIR/$tree-$round.log" 2>&1
