@@ -182,40 +182,6 @@ def test_first_layer_aggregates_first_like_pyg(device, in_channels, out_channels
         assert relative_error(params[name], params_r[name]) < 1e-5, name
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
-@pytest.mark.parametrize("normalize, weighted, bias, aggregates_first",
-                         [(True, False, True, True), (True, False, False, True),
-                          (False, True, True, True), (True, True, True, True),
-                          (False, False, True, False)])
-def test_first_layer_under_autocast_aggregates_first(device, normalize, weighted, bias,
-                                                     aggregates_first, monkeypatch):
-    """Under autocast a first layer whose messages PyG makes float32 (GCN's
-    normalized or float32 edge weights) aggregates its float32 features
-    first and projects A_norm X in bf16: PyG's output dtype (float32), its
-    values and parameter gradients within bf16 rounding (PyG rounds X W to
-    bf16, ours A_norm X). Without weights or normalization PyG's messages
-    are bf16, and ours keeps PyG's order."""
-    edge_index = random_graph(60, 60, 400, seed=35, hub_degree=50).to(device)
-    edge_weight = torch.rand(edge_index.size(1), device=device) if weighted else None
-    if weighted and normalize:  # PyG's CUDA index_put keeps any duplicate loop's weight
-        edge_weight[edge_index[0] == edge_index[1]] = 0.5
-    x = torch.randn(60, 16, device=device)
-    grad = torch.randn(60, 24, device=device)
-    ours, ref = pair(16, 24, normalize=normalize, add_self_loops=normalize, bias=bias)
-    ours, ref = ours.to(device), ref.to(device)
-    widths = aggregated_width(monkeypatch)
-    with torch.autocast(device, dtype=torch.bfloat16):
-        out, params = first_layer_call(ours, x, edge_index, edge_weight, grad)
-        out_r, params_r = first_layer_call(ref, x, edge_index, edge_weight, grad)
-    assert widths == [16 if aggregates_first else 24]
-    assert out.dtype == out_r.dtype
-    assert relative_error(out, out_r) < TOLERANCE[torch.bfloat16]
-    assert params.keys() == params_r.keys()
-    for name in params:
-        assert params[name].dtype == params_r[name].dtype
-        assert relative_error(params[name], params_r[name]) < TOLERANCE[torch.bfloat16], name
-
-
 def test_cached_keeps_the_first_graph_like_pyg():
     x = torch.randn(30, 8)
     ours, ref = pair(cached=True)

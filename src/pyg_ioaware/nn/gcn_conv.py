@@ -42,8 +42,7 @@ class GCNConv(FusedMessagePassing):
     wider than the output are aggregated before the projection,
     :math:`(\mathbf{\hat{D}}^{-1/2} \mathbf{\hat{A}} \mathbf{\hat{D}}^{-1/2}
     \mathbf{X}) \mathbf{\Theta}`, the same product, whose backward needs
-    no SpMM (float32 / float64; under autocast float32 features with
-    float32 messages, the product in 16 bits). No per-edge feature tensor
+    no SpMM (float32 / float64 outside autocast). No per-edge feature tensor
     is ever built.
 
     Where something needs PyG's per-edge messages (explain masks, propagate
@@ -197,13 +196,7 @@ class GCNConv(FusedMessagePassing):
         if self._aggregates_first(x, edge_weight, node_dim):
             adjacency = self._adjacency(edge_index, edge_weight, x, node_dim)
             aggregated = adjacency.propagate(x, ones_dtype=x.dtype if self.normalize else None)
-            if not torch.is_autocast_enabled(x.device.type):
-                return linear(aggregated, self.lin.weight, self.bias)
-            # Autocast's 16-bit product, then float32 like PyG's messages.
-            out = F.linear(aggregated, self.lin.weight)
-            if self.bias is None or self.bias.dtype != torch.float32:
-                out = out.float()
-            return out if self.bias is None else out + self.bias
+            return linear(aggregated, self.lin.weight, self.bias)
         if self._cached_edge_index is None:  # no graph kept from an earlier call
             prefetch(edge_index)
         projected = apply_linear(self.lin, x)
@@ -244,21 +237,13 @@ class GCNConv(FusedMessagePassing):
         the GEMM dW = (A_norm X)^T dY, and a new graph's first backward no
         transposed SpMM. Taken for 2-D float32 / float64 features no wider
         than the output (the SpMM no wider than PyG's), edge weights that need
-        no gradient and where ``lin`` is called by no hook. Under autocast
-        only for float32 features whose messages PyG makes float32 (GCN's
-        normalized or float32 edge weights): the product then runs in the
-        autocast dtype on A_norm X rounded to 16 bits, where PyG's sums X W
-        rounded to 16 bits, and the output is float32 as PyG's; the two
-        agree within 16-bit rounding."""
-        if not (plain_linear(self.lin) and node_dim == 0 and x.dim() == 2
+        no gradient, outside autocast (where PyG's X W is 16-bit and its output
+        float32) and where ``lin`` is called by no hook."""
+        return (plain_linear(self.lin) and node_dim == 0 and x.dim() == 2
                 and x.layout == torch.strided and x.dtype in (torch.float32, torch.float64)
                 and not x.requires_grad and x.size(1) <= self.lin.weight.size(0)
-                and (edge_weight is None or not edge_weight.requires_grad)):
-            return False
-        if not torch.is_autocast_enabled(x.device.type):
-            return True
-        return x.dtype == torch.float32 and (
-            self.normalize if edge_weight is None else edge_weight.dtype == torch.float32)
+                and (edge_weight is None or not edge_weight.requires_grad)
+                and not torch.is_autocast_enabled(x.device.type))
 
     @torch.jit.unused
     def _adjacency(self, edge_index: Any, edge_weight: Optional[Tensor],
