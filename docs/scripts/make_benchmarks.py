@@ -188,12 +188,9 @@ RUN_TITLES = {
         "rows on the kernels of our own and the layer's resolved forward, H200 (issue 6)",
     "results_h200_resolved_forward_minibatch":
         "GCNConv mini-batch steps on the same tree (issue 5)",
-    "results_h100_first_layer_autocast_minibatch":
-        "GCNConv mini-batch steps after a first layer under autocast aggregates first and "
-        "a new graph's Python lost two lookups, H100 (issue 5)",
-    "results_h100_first_layer_autocast_minibatch_repeat":
-        "The small and medium batches of the same tree again, in the same call, H100 "
-        "(issue 5)",
+    "results_h200_new_graph_values_minibatch":
+        "GCNConv mini-batch steps after a new graph's GCN values came from its self-loop "
+        "build and its Python lost two lookups, H200 (issue 5)",
     "results_h200_no_edge_path_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) against PyG after the attention "
         "kernels lost their edge path where no edge attributes are given and took "
