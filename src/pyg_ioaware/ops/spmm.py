@@ -274,8 +274,7 @@ class NativeAutogradFallback:
 
     def transpose(self) -> tuple:
         """(rowptr_t, col_t, values_t, degree bound) of the CSR^T."""
-        t = self.graph.transpose
-        return t.rowptr, t.col, self.edge_values.values_t, own_degree_bound(t.rowptr)
+        return _transpose_args(self.graph, self.edge_values)
 
     def differentiable_backward(self, grad_out: Tensor) -> tuple:
         """(dX, db) recorded for a double backward, over the CSR^T."""
@@ -285,6 +284,13 @@ class NativeAutogradFallback:
                                     graph.col, self.edge_values.values, grad_out, False,
                                     graph.num_src, None, None, mixed)
         return grad_x, column_sums(grad_out)
+
+
+def _transpose_args(graph, edge_values) -> tuple:
+    """(rowptr_t, col_t, values_t, degree bound) of the graph's CSR^T, as the
+    C++ SpMM autograd takes them."""
+    t = graph.transpose
+    return t.rowptr, t.col, edge_values.values_t, own_degree_bound(t.rowptr)
 
 
 #: Feature dtypes the C++ autograd takes (float64 stays on the Python path).
@@ -367,9 +373,9 @@ def native_spmm_call(graph, edge_values, x: Tensor, backward: str) -> Optional[N
         if names is None or any(name != OwnCsrBackend.name for name in names):
             return None
         edge_values.own_kernels[(width, scatter)] = True  # decided classes stay decided
-    fallback = NativeAutogradFallback(graph, edge_values, x.dtype)
     a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
-    return NativeSpmmCall(extension, a, fallback.transpose() if has_transpose else None,
+    return NativeSpmmCall(extension, a,
+                          _transpose_args(graph, edge_values) if has_transpose else None,
                           graph.num_src, deterministic, edge_values, x.dtype)
 
 
