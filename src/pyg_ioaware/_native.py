@@ -19,7 +19,7 @@ import os
 import pathlib
 import sys
 import threading
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -1170,8 +1170,8 @@ def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Opti
         raise TypeError("csr_add_self_loops: every index tensor must share one dtype")
     host = _native_host.active()
     if host is not None:
-        out = _host_call(host.csr_add_self_loops, rowptr, col, row, edge_perm, gcn_values)
-        return (*out, None) if len(out) == 4 else tuple(out)
+        return _self_loop_outputs(_host_call(host.csr_add_self_loops, rowptr, col, row,
+                                             edge_perm, gcn_values))
     num_nodes, entries = rowptr.numel() - 1, col.numel() + rowptr.numel() - 1
     out_rowptr = torch.empty(num_nodes + 1, dtype=rowptr.dtype, device=rowptr.device)
     out_col, out_row = (torch.empty(entries, dtype=rowptr.dtype, device=rowptr.device)
@@ -1190,6 +1190,13 @@ def csr_add_self_loops(rowptr: Tensor, col: Tensor, row: Tensor, edge_perm: Opti
                              stream=stream_of(rowptr))
     check(library().pygio_csr_add_self_loops(ctypes.byref(params)))
     return out_rowptr, out_col, out_row, out_origin, out_values
+
+
+def _self_loop_outputs(out: Sequence[Tensor]) -> Tuple[Tensor, ...]:
+    """The host extension's self-loop graph ([rowptr, col, row, origin] and
+    the GCN values where it wrote them) as the ctypes path returns it:
+    (rowptr, col, row, origin, values or None)."""
+    return (*out, None) if len(out) == 4 else tuple(out)
 
 
 def gcn_norm(rowptr: Tensor, col: Tensor, row: Tensor, weight: Optional[Tensor],
@@ -1378,9 +1385,8 @@ def grouped_graph(edge_index: Tensor, num_src: int, num_dst: int, index_dtype: t
     if host is not None:
         raw, csr, looped = _host_call(host.grouped_graph, edge_index, num_src, num_dst,
                                       index_dtype, entries, self_loops, gcn_values)
-        if looped:
-            looped = (*looped, None) if len(looped) == 4 else tuple(looped)
-        return decode_edge_index_stats(raw), list(csr), looped or None
+        return (decode_edge_index_stats(raw), list(csr),
+                _self_loop_outputs(looped) if looped else None)
     pending = _EdgeStatsRead(edge_index, num_dst, index_dtype, entries)
     stats, csr = decode_edge_index_stats(pending.read()), list(pending.csr())
     looped = None
