@@ -7,15 +7,22 @@ our layers and PyG's, with the step's wall time and CUDA kernel count.
 
 Run on a GPU host from a source checkout (PYTHONPATH=src); a diagnosis tool,
 not a benchmark (step timings against PyG come from python -m pyg_ioaware.bench).
+
+With --copies N it also lists, for ours, the N most frequent copy and cast
+ops of a step (autocast's casts, .to, .contiguous, cat, copy_), each with
+the Python line or the backward node that issued it.
 """
 import argparse
+import collections
 import cProfile
 import io
 import pstats
 import time
+import traceback
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from pyg_ioaware.bench.cases import MINIBATCH_CASES, select
 from pyg_ioaware.bench.minibatch import SIZES, LEARNING_RATE, TwoLayer, generate_batches, \
@@ -40,6 +47,8 @@ def main() -> None:
                         help="list this many CUDA ops per step by count, ours and PyG's")
     parser.add_argument("--same-graph", action="store_true",
                         help="reuse each batch's edge_index (cached graphs) instead of a clone")
+    parser.add_argument("--copies", type=int, default=0,
+                        help="list this many copy / cast ops per step (ours) by the line issuing them")
     parser.add_argument("--profile-pyg", action="store_true",
                         help="also list PyG's layers' profile (by default only ours)")
     args = parser.parse_args()
@@ -87,6 +96,8 @@ def main() -> None:
                       f"{e.self_device_time_total / e.count:7.1f} us  {e.key[:100]}")
         if impl != "ours" and not args.profile_pyg:
             continue
+        if args.copies:
+            list_copies(model, optimizer, batches, args.precision, new_graph, args.copies)
         profiler = cProfile.Profile()
         profiler.enable()
         run_steps(model, optimizer, batches, args.steps, args.precision, new_graph)
@@ -98,6 +109,43 @@ def main() -> None:
             stats.print_stats(args.rows)
             print(f"--- by {key} (all {args.steps} steps)")
             print("\n".join(line for line in text.getvalue().splitlines()[6:] if line))
+
+
+COPY_OPS = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default,
+            torch.ops.aten.clone.default, torch.ops.aten.cat.default}
+
+
+class CopyCounter(TorchDispatchMode):
+    """Counts the copy and cast ops that reach the dispatcher (autocast's
+    casts, .to, .contiguous's clones, cat, copy_) by op and by where they
+    came from: the innermost Python line outside torch, or in backward the
+    autograd node running."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in COPY_OPS:
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                where = f"(backward of {node.name()})"
+            else:
+                frames = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename]
+                where = f"{frames[-1].filename.split('/src/')[-1]}:{frames[-1].lineno}" \
+                    if frames else "(no Python line)"
+            self.counts[func.__name__, where] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def list_copies(model, optimizer, batches, precision, new_graph, rows) -> None:
+    """The copy and cast ops of ``len(batches)`` steps, per step."""
+    with CopyCounter() as counter:
+        run_steps(model, optimizer, batches, len(batches), precision, new_graph)
+    torch.cuda.synchronize()
+    print(f"--- copy / cast ops per step (first {rows})")
+    for (name, where), count in counter.counts.most_common(rows):
+        print(f"  {count / len(batches):5.1f}/step  {name:18s} {where}")
 
 
 if __name__ == "__main__":
