@@ -206,19 +206,114 @@ def test_large_linear_takes_the_host_node_and_an_accumulated_product(host_calls,
 
 
 @pytest.mark.cuda
-def test_host_node_not_taken_under_autocast_or_other_inputs(host_calls, monkeypatch):
+def test_host_node_not_taken_for_other_inputs(host_calls, monkeypatch):
     monkeypatch.setattr(bias_gradient, "MIN_GEMV_ELEMENTS", 1)
     lin = torch.nn.Linear(8, 4).cuda()
-    with torch.autocast("cuda", dtype=torch.bfloat16):
-        assert bias_gradient.apply_linear(lin, torch.randn(6, 8, device="cuda")).dtype == \
-            torch.bfloat16
     out = bias_gradient.apply_linear(lin, torch.randn(2, 6, 8, device="cuda"))  # 3-D
     assert node_name(out) == "_LinearBackward"  # the Python node
     with torch.no_grad():
         bias_gradient.apply_linear(lin, torch.randn(6, 8, device="cuda"))
+    with torch.autocast("cuda", dtype=torch.bfloat16):  # float64: autocast casts nothing
+        out = bias_gradient.apply_linear(lin.double(), torch.randn(6, 8, device="cuda",
+                                                                   dtype=torch.float64))
+    assert out.dtype == torch.float64
     assert host_calls["fused_linear"] == 0
-    bias_gradient.apply_linear(lin, torch.randn(6, 8, device="cuda"))
+    bias_gradient.apply_linear(lin.float(), torch.randn(6, 8, device="cuda"))
     assert host_calls["fused_linear"] == 1  # the 2-D float32 call with a gradient only
+
+
+def graph_nodes(out):
+    """The names of the autograd nodes ``out`` was computed through."""
+    seen, stack = [], [out.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None:
+            seen.append(node.name())
+            stack.extend(next_node for next_node, _ in node.next_functions)
+    return seen
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("count", [1, 2])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
+@pytest.mark.parametrize("x_dtype", ["fp32", "autocast"])
+def test_host_node_under_autocast(host_calls, dtype, count, bias, x_dtype):
+    """Under autocast, fused_linear is the C++ node: autocast's output
+    bitwise (the same casts and product), no cast node in its graph, and
+    every gradient in its input's dtype, as exact as the 16-bit product's
+    own (float64 over the cast inputs and the 16-bit output gradient)."""
+    gen = torch.Generator().manual_seed(count)
+    lins = maps(count, bias, torch.float32, gen)
+    x = torch.randn(37, 5, generator=gen).cuda()
+    x = (x if x_dtype == "fp32" else x.to(dtype)).requires_grad_()
+    weight = torch.cat([lin.weight for lin in lins])
+    bias_all = torch.cat([lin.bias for lin in lins]) if bias else None
+    with torch.autocast("cuda", dtype=dtype):
+        out = bias_gradient.fused_linear(x, lins).flatten(1)
+        want = torch.nn.functional.linear(x, weight, bias_all)
+    assert host_calls["fused_linear"] == 1
+    assert out.dtype == dtype and torch.equal(out, want)
+    assert not any("ToCopy" in name for name in graph_nodes(out))
+    grad = torch.randn(out.shape, generator=gen).cuda().to(dtype)
+    params = [p for lin in lins for p in lin.parameters()]
+    got = torch.autograd.grad(out, [x, *params], grad)
+    inputs64 = [t.detach().to(dtype).double().requires_grad_()
+                for t in (x, weight, *([bias_all] if bias else []))]
+    ref = torch.nn.functional.linear(*inputs64)
+    ref_grads = torch.autograd.grad(ref, inputs64, grad.double())
+    want_grads = [ref_grads[0], *(ref_grads[1].chunk(count)),
+                  *(ref_grads[2].chunk(count) if bias else [])]
+    # params alternate weight / bias per map; the reference lists weights first
+    order = [0, *[1 + i for i in range(count)]] if not bias else \
+        [0, *[v for i in range(count) for v in (1 + i, 1 + count + i)]]
+    for k, grad_got in enumerate(got):
+        source = [x, *params][k]
+        assert grad_got.dtype == source.dtype
+        assert relative_error(grad_got, want_grads[order[k]]) < (
+            TOLERANCE[dtype] if grad_got.dtype == dtype else 1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_add_product_under_autocast_accumulates_in_place(host_calls, dtype):
+    """SAGEConv's two products under autocast: linear then add_product, two
+    calls of the C++ node, the second adding into the first's output in
+    place; autocast's values, float32 gradients for the parameters."""
+    gen = torch.Generator().manual_seed(7)
+    x, a = (torch.randn(9, n, generator=gen).cuda().to(dtype).requires_grad_() for n in (5, 7))
+    weight, bias, weight_a = (torch.randn(shape, generator=gen).cuda().requires_grad_()
+                              for shape in ((4, 5), (4,), (4, 7)))
+    with torch.autocast("cuda", dtype=dtype):
+        y = bias_gradient.linear(x, weight, bias)
+        out = bias_gradient.add_product(y, a, weight_a)
+        want = torch.addmm(torch.nn.functional.linear(x, weight, bias), a, weight_a.t())
+    assert host_calls["fused_linear"] == 2 and out is y
+    assert out.dtype == dtype and relative_error(out, want) < TOLERANCE[dtype]
+    grad = torch.randn(out.shape, generator=gen).cuda().to(dtype)
+    got = torch.autograd.grad(out, [x, weight, bias, a, weight_a], grad)
+    expected = torch.autograd.grad(want, [x, weight, bias, a, weight_a], grad)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and relative_error(g, e) < TOLERANCE[dtype]
+
+
+@pytest.mark.cuda
+def test_host_node_under_autocast_differentiates_twice(host_calls):
+    """A backward that records a graph reaches x and the weights through
+    the node's casts: d/dx of a weight gradient as autocast's F.linear's."""
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(6, 5, generator=gen).cuda().requires_grad_()
+    weight = torch.randn(4, 5, generator=gen).cuda().requires_grad_()
+    grads = []
+    for run in (lambda: bias_gradient.linear(x, weight),
+                lambda: torch.nn.functional.linear(x, weight)):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = run()
+        (grad_weight,) = torch.autograd.grad(out.float().square().sum(), weight,
+                                             create_graph=True)
+        grads.append(torch.autograd.grad(grad_weight.sum(), x))
+    assert host_calls["fused_linear"] == 1
+    assert relative_error(grads[0][0], grads[1][0]) < TOLERANCE[torch.bfloat16]
 
 
 def layer_pair(cls, pyg_cls, dtype, device, **kwargs):

@@ -5,7 +5,7 @@ lazy CSR^T rule, a double backward, and the cases it leaves to Python."""
 import pytest
 import torch
 
-from _helpers import host_extension_calls, random_graph, relative_error
+from _helpers import TOLERANCE, host_extension_calls, random_graph, relative_error
 from pyg_ioaware import Graph, config, ops
 from pyg_ioaware.nn import GCNConv
 
@@ -181,7 +181,10 @@ def test_autocast_bias_inside_the_mixed_aggregation(calls, monkeypatch, dtype, f
     16-bit ones (an fp32 bias promotes the 16-bit sum), the fp32 bias is
     added inside the aggregation, Y in fp32, and its gradient sums the
     fp32 dY: bitwise the Python path's (deterministic algorithms: no
-    atomics)."""
+    atomics). dX and dW come from the linear map, whose C++ node (on with
+    the host extension) writes them in float32 from the 16-bit products,
+    where autocast's F.linear rounds them to 16 bits first: within that
+    rounding of each other."""
     edge_index = random_graph(400, 400, 3000, seed=15, hub_degree=1500).cuda()
     conv = GCNConv(24, 40).cuda()
     torch.nn.init.normal_(conv.bias)
@@ -196,5 +199,6 @@ def test_autocast_bias_inside_the_mixed_aggregation(calls, monkeypatch, dtype, f
         torch.use_deterministic_algorithms(False)
     assert calls["spmm"] == 1
     assert native[0].dtype == torch.float32
-    for a, b in zip(native, python):
-        assert torch.equal(a, b)
+    assert torch.equal(native[0], python[0]) and torch.equal(native[3], python[3])
+    for a, b in zip(native[1:3], python[1:3]):
+        assert a.dtype == b.dtype and relative_error(a, b) < TOLERANCE[dtype]

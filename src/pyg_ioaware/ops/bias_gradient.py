@@ -14,15 +14,24 @@ everywhere, so 16-bit gradients keep the reduction.
 :func:`fused_linear` applies several maps of one input as one such product.
 As autograd nodes of their own they take over only on large fp32 CUDA
 outputs (:data:`MIN_GEMV_ELEMENTS`) and leave small ones, whose steps are
-bound by host time, and autocast's 16-bit ones to torch's ops; where the C++
-host extension is loaded that node is C++. :func:`fused_linear` is the C++
-node at every size on 2-D CUDA float32 / float64 inputs outside autocast:
-with the concatenation of the maps' weights and biases inside it, it spends
-less host time before the product's kernel than ``torch.cat`` and
-``F.linear``.
+bound by host time, to torch's ops; where the C++ host extension is loaded
+that node is C++. :func:`fused_linear` is the C++ node at every size on
+2-D CUDA float32 / float64 inputs outside autocast: with the concatenation
+of the maps' weights and biases inside it, it spends less host time before
+the product's kernel than ``torch.cat`` and ``F.linear``.
+
+Under CUDA autocast :func:`linear`, :func:`fused_linear` and
+:func:`add_product` are the C++ node at every size (2-D inputs): it makes
+autocast's casts itself and computes the same 16-bit product, and its
+backward writes each gradient in its input's dtype straight from the
+product (float32 dW out of the 16-bit GEMM, db summed in float32), where
+autocast recorded a cast node per parameter whose backward launched one
+cast kernel each; :func:`add_product` accumulates in place instead of
+torch.addmm's copy of its first term. The gradients are those of the same
+16-bit products, not rounded to 16 bits before their cast to float32.
 """
 from types import ModuleType
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -99,29 +108,49 @@ def _through_node(out_elements: int, x: Tensor) -> bool:
             and not torch.is_autocast_enabled("cuda"))
 
 
-def _host_linear(x: Tensor, tensors: Sequence[Tensor]) -> Optional[ModuleType]:
-    """The host extension where it computes ``x`` times ``tensors`` (the
-    maps' weights and biases): a 2-D x, CUDA tensors of one float32 /
-    float64 dtype, eager (not scripted or compiled), outside autocast; else
-    None."""
-    if (not x.is_cuda or x.dim() != 2 or x.dtype not in (torch.float32, torch.float64)
-            or torch.jit.is_scripting() or torch.compiler.is_compiling()
-            or torch.is_autocast_enabled("cuda")
-            or any(t.dtype != x.dtype for t in tensors)):
+def _host_linear(x: Tensor, tensors: Sequence[Tensor]
+                 ) -> Optional[Tuple[ModuleType, Optional[torch.dtype]]]:
+    """(the host extension, the product's dtype) where the C++ node computes
+    ``x`` times ``tensors`` (the maps' weights and biases), else None: a 2-D
+    CUDA x, eager (not scripted or compiled), and outside autocast x and
+    ``tensors`` of one float32 / float64 dtype (dtype None: theirs), under
+    CUDA autocast x and ``tensors`` each float32 or autocast's dtype,
+    ``tensors`` of one dtype (dtype: autocast's, as its casts would give)."""
+    if (not x.is_cuda or x.dim() != 2 or torch.jit.is_scripting()
+            or torch.compiler.is_compiling()):
         return None
-    return _native_host.active()
+    if torch.is_autocast_enabled("cuda"):
+        dtype = torch.get_autocast_dtype("cuda")
+        if (x.dtype not in (torch.float32, dtype) or len({t.dtype for t in tensors}) != 1
+                or tensors[0].dtype not in (torch.float32, dtype)):
+            return None
+    else:
+        dtype = None
+        if x.dtype not in (torch.float32, torch.float64) or any(t.dtype != x.dtype
+                                                                   for t in tensors):
+            return None
+    host = _native_host.active()
+    return None if host is None else (host, dtype)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     """``F.linear(x, weight, bias)``; on large fp32 CUDA outputs its bias
     gradient is :func:`column_sums` (same values, faster), through one
-    autograd node (in C++ where the host extension takes the inputs)."""
+    autograd node (in C++ where the host extension takes the inputs); under
+    CUDA autocast the C++ node wherever it takes the inputs."""
+    params = (weight,) if bias is None else (weight, bias)
+    if torch.is_autocast_enabled("cuda"):
+        taken = _host_linear(x, params)
+        if taken is None:
+            return F.linear(x, weight, bias)
+        host, dtype = taken
+        return host.fused_linear(x, [weight], list(params[1:]), dtype=dtype)
     if bias is None or not _through_node(
             x.numel() // max(x.size(-1), 1) * weight.size(0), x):
         return F.linear(x, weight, bias)
-    host = _host_linear(x, (weight, bias))
-    if host is not None:
-        return host.fused_linear(x, [weight], [bias])
+    taken = _host_linear(x, params)
+    if taken is not None:
+        return taken[0].fused_linear(x, [weight], [bias])
     return _Linear.apply(x, weight, bias)
 
 
@@ -155,9 +184,10 @@ def fused_linear(x: Tensor, lins: Sequence[torch.nn.Module]) -> Tensor:
     C++ node, or through :func:`linear`); ``lins`` must be :func:`fusable`."""
     weights = [lin.weight for lin in lins]
     biases = [] if lins[0].bias is None else [lin.bias for lin in lins]
-    host = _host_linear(x, [*weights, *biases])
-    if host is not None:  # the concatenations inside the C++ node
-        out = host.fused_linear(x, weights, biases)
+    taken = _host_linear(x, [*weights, *biases])
+    if taken is not None:  # the concatenations (and autocast's casts) inside the C++ node
+        host, dtype = taken
+        out = host.fused_linear(x, weights, biases, dtype=dtype)
     else:
         out = linear(x, torch.cat(weights), torch.cat(biases) if biases else None)
     return out.view(x.size(0), len(lins), lins[0].weight.size(0))
@@ -166,12 +196,15 @@ def fused_linear(x: Tensor, lins: Sequence[torch.nn.Module]) -> Tensor:
 def add_product(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:
     """``y + x W^T`` as one GEMM accumulating into ``y`` (beta = 1): in
     place where y, x and W share a dtype (no add kernel, no copy of y; y
-    must be a fresh result nothing saved for backward), else
+    must be a fresh result nothing saved for backward), under CUDA autocast
+    in place too (the C++ node, for a y in autocast's dtype), else
     ``torch.addmm``, which autocast casts as it casts ``F.linear``."""
-    weight_t = weight.t()
     if y.dtype == x.dtype == weight.dtype:
-        return y.addmm_(x, weight_t)
-    return torch.addmm(y, x, weight_t)
+        return y.addmm_(x, weight.t())
+    taken = _host_linear(x, (weight,)) if torch.is_autocast_enabled("cuda") else None
+    if taken is not None and y.dtype == taken[1]:
+        return taken[0].fused_linear(x, [weight], [], into=y, dtype=taken[1])
+    return torch.addmm(y, x, weight.t())
 
 
 def add_bias(x: Tensor, bias: Tensor) -> Tensor:
