@@ -191,6 +191,12 @@ RUN_TITLES = {
     "results_h200_new_graph_values_minibatch":
         "GCNConv mini-batch steps after a new graph's GCN values came from its self-loop "
         "build and its Python lost two lookups, H200 (issue 5)",
+    "results_h200_autocast_linear_minibatch":
+        "Every mini-batch case, fp32 and bf16, after autocast's linear maps became one C++ "
+        "node each, H200 (issues 5, 7, 8, 9)",
+    "results_h200_autocast_linear_attention":
+        "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-like, fp32 and bf16, and "
+        "every mini-batch case again, on the same tree, H200 (issues 5, 7, 8, 9)",
     "results_h200_no_edge_path_attention":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) against PyG after the attention "
         "kernels lost their edge path where no edge attributes are given and took "
