@@ -4,6 +4,7 @@ mini-batch, end every step with the gradient one process gets from the mean
 loss over both batches (equal batch sizes), for sage, gcn and gatv2; gloo on
 the CPU, NCCL on two GPUs. Also the example end to end, spawned and under
 torchrun (with batches prefetched in a thread), and the scaling table. A hung process group fails the test after a timeout."""
+import faulthandler
 import json
 import os
 import pathlib
@@ -61,7 +62,10 @@ def train(model, data, batches_per_step, device):
 
 
 def rank_worker(rank, device_kind, data, batches, layers, out_dir):
-    """One DDP rank: every layer's gradients after all-reduce, saved to a file."""
+    """One DDP rank: every layer's gradients after all-reduce, saved to a file.
+    A rank still running shortly before run_ranks gives up prints its
+    threads' Python stacks (to the test's captured stderr)."""
+    faulthandler.dump_traceback_later(TIMEOUT_S - 10)
     device = torch.device("cuda", rank) if device_kind == "cuda" else torch.device("cpu")
     common.init_process_group(rank, WORLD_SIZE, device, timeout_s=TIMEOUT_S / 2)
     try:
