@@ -41,6 +41,11 @@ using torch::autograd::variable_list;
 
 Tensor stacked(at::TensorList parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); }
 
+// t in the product's dtype where one is given (autocast's), else as it is.
+Tensor in_compute_dtype(const Tensor& t, std::optional<c10::ScalarType> dtype) {
+  return dtype && t.defined() ? t.to(*dtype) : t;
+}
+
 class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction> {
  public:
   // Tensor arguments first (one gradient each, in this order), then the
@@ -50,9 +55,8 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
                         std::optional<c10::ScalarType> dtype) {
     // The casts are made here: autocast has nothing left to do below.
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const auto compute = [&](const Tensor& t) { return dtype ? t.to(*dtype) : t; };
-    const Tensor input = compute(x);
-    const Tensor weight = compute(stacked(weights));
+    const Tensor input = in_compute_dtype(x, dtype);
+    const Tensor weight = in_compute_dtype(stacked(weights), dtype);
     bool weights_need_grad = false;
     for (const auto& w : weights) weights_need_grad |= w.requires_grad();
     ctx->saved_data["maps"] = static_cast<int64_t>(weights.size());
@@ -73,14 +77,14 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
       saved.insert(saved.end(), weights.begin(), weights.end());
     }
     ctx->save_for_backward(saved);
-    ctx->saved_data["dtype"] = dtype ? c10::IValue(*dtype) : c10::IValue();
+    ctx->saved_data["dtype"] = dtype;
     if (into) {
       ctx->mark_dirty({*into});
       return into->addmm_(input, weight.t());
     }
     // A fresh tensor, no view: a caller may add to it in place.
     return biases.empty() ? input.mm(weight.t())
-                          : at::addmm(compute(stacked(biases)), input, weight.t());
+                          : at::addmm(in_compute_dtype(stacked(biases), dtype), input, weight.t());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -88,16 +92,13 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
     const int64_t maps = ctx->saved_data["maps"].toInt();
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     const bool has_into = ctx->saved_data["has_into"].toBool();
-    const c10::IValue dtype = ctx->saved_data["dtype"];
+    const auto dtype = ctx->saved_data["dtype"].toOptional<c10::ScalarType>();
     auto saved = ctx->get_saved_variables();
-    const auto compute = [&](const Tensor& t) {
-      return dtype.isNone() || !t.defined() ? t : t.to(dtype.toScalarType());
-    };
-    const Tensor x = compute(saved[0]);  // a cast X cast again (see forward)
+    const Tensor x = in_compute_dtype(saved[0], dtype);  // a cast X cast again (see forward)
     // create_graph: W again from the maps' weights, so dX's graph reaches them.
     Tensor weight = saved[1];
     if (torch::GradMode::is_enabled() && saved.size() > 2) {
-      weight = compute(at::cat(at::TensorList(saved).slice(2)));
+      weight = in_compute_dtype(at::cat(at::TensorList(saved).slice(2)), dtype);
     }
     const Tensor grad = grads[0].contiguous();
     // One gradient per input as forward flattened them: x, the weights,
