@@ -262,15 +262,13 @@ def test_host_node_under_autocast(host_calls, dtype, count, bias, x_dtype):
                 for t in (x, weight, *([bias_all] if bias else []))]
     ref = torch.nn.functional.linear(*inputs64)
     ref_grads = torch.autograd.grad(ref, inputs64, grad.double())
-    want_grads = [ref_grads[0], *(ref_grads[1].chunk(count)),
-                  *(ref_grads[2].chunk(count) if bias else [])]
-    # params alternate weight / bias per map; the reference lists weights first
-    order = [0, *[1 + i for i in range(count)]] if not bias else \
-        [0, *[v for i in range(count) for v in (1 + i, 1 + count + i)]]
-    for k, grad_got in enumerate(got):
-        source = [x, *params][k]
+    # in params' order: each map's weight, then its bias
+    per_map = zip(*[g.chunk(count) for g in ref_grads[1:]])
+    want_grads = [ref_grads[0], *[g for grads in per_map for g in grads]]
+    assert len(want_grads) == len(got)
+    for source, grad_got, want_grad in zip([x, *params], got, want_grads):
         assert grad_got.dtype == source.dtype
-        assert relative_error(grad_got, want_grads[order[k]]) < (
+        assert relative_error(grad_got, want_grad) < (
             TOLERANCE[dtype] if grad_got.dtype == dtype else 1e-5)
 
 

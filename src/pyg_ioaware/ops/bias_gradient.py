@@ -201,7 +201,7 @@ def add_product(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:
     ``torch.addmm``, which autocast casts as it casts ``F.linear``."""
     if y.dtype == x.dtype == weight.dtype:
         return y.addmm_(x, weight.t())
-    taken = _host_linear(x, (weight,)) if torch.is_autocast_enabled("cuda") else None
+    taken = _host_linear(x, (weight,))  # its dtype: autocast's, else None
     if taken is not None and y.dtype == taken[1]:
         return taken[0].fused_linear(x, [weight], [], into=y, dtype=taken[1])
     return torch.addmm(y, x, weight.t())
