@@ -50,6 +50,33 @@ def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int,
     return edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
 
 
+def hubs_graph(num_src: int, num_dst: int, num_edges: int, seed: int, dst_hubs, src_hubs,
+               gen: torch.Generator) -> torch.Tensor:
+    """edge_index of random_graph(num_src, num_dst, num_edges, seed) with,
+    for each (node, degree) of ``dst_hubs``, degree more edges into node
+    from random sources and, for each of ``src_hubs``, degree more edges out
+    of node to random destinations (drawn from ``gen``)."""
+    into = torch.cat([torch.full((d,), h) for h, d in dst_hubs])
+    out_of = torch.cat([torch.full((d,), h) for h, d in src_hubs])
+    return torch.cat([random_graph(num_src, num_dst, num_edges, seed=seed),
+                      torch.stack([torch.randint(0, num_src, into.shape, generator=gen), into]),
+                      torch.stack([out_of, torch.randint(0, num_dst, out_of.shape,
+                                                         generator=gen)])], dim=1)
+
+
+def cap_hub_lists(monkeypatch, module, max_hubs: int) -> None:
+    """Makes ``module``'s hub_degree give hub lists of at most ``max_hubs``
+    slots, so the kernels meet full lists (and do the refused rows
+    themselves)."""
+    real = module.hub_degree
+
+    def capped(*args, **kwargs):
+        degree, slots = real(*args, **kwargs)
+        return degree, min(slots, max_hubs)
+
+    monkeypatch.setattr(module, "hub_degree", capped)
+
+
 def many_hubs_graph(seed: int):
     """(edge_index [2, E], nodes) of a square graph whose hub rows, in the
     CSR and in its CSR^T, hold 40 chunks of 256 entries per SM of CUDA

@@ -5,8 +5,8 @@ result on graphs with a hub, empty rows, duplicate edges and self loops."""
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import (TOLERANCE, assert_reference_under_autograd, many_hubs_graph, random_graph,
-                      relative_error)
+from _helpers import (TOLERANCE, assert_reference_under_autograd, cap_hub_lists, hubs_graph,
+                      many_hubs_graph, random_graph, relative_error)
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -304,22 +304,31 @@ def test_cuda_hubs_of_destinations_and_sources(dtype):
     destination pass of backward) and source hubs (rows of the CSR^T split in
     the source pass), edge features and dropout. Row 12's last forward chunk
     holds 2 entries: most warps of its block get none."""
+    hubs_of_both_sides(dtype, heads=2, channels=64)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_full_hub_lists_and_passes_of_heads(monkeypatch, dtype):
+    """Hub lists of one slot: the row kernels do the hub rows a full list
+    refuses themselves, in several passes of heads (4 heads of 128
+    channels: four passes in fp32, two in bf16)."""
+    cap_hub_lists(monkeypatch, attention, 1)
+    hubs_of_both_sides(dtype, heads=4, channels=128)
+
+
+def hubs_of_both_sides(dtype, heads, channels):
+    """The kernels against float64 on a graph with four destination hubs
+    and two source hubs, edge features and dropout."""
     gen = torch.Generator().manual_seed(21)
-    base = random_graph(800, 800, 3000, seed=21)
-    dst_hubs = torch.cat([torch.full((d,), h)
-                          for h, d in ((3, 3000), (5, 700), (8, 300), (12, 258))])
-    src_hubs = torch.cat([torch.full((d,), h) for h, d in ((4, 2600), (9, 400))])
-    edge_index = torch.cat([base,
-                            torch.stack([torch.randint(0, 800, dst_hubs.shape, generator=gen),
-                                         dst_hubs]),
-                            torch.stack([src_hubs,
-                                         torch.randint(0, 800, src_hubs.shape, generator=gen)])],
-                           dim=1)
+    edge_index = hubs_graph(800, 800, 3000, 21, ((3, 3000), (5, 700), (8, 300), (12, 258)),
+                            ((4, 2600), (9, 400)), gen)
     graph = Graph.from_edge_index(edge_index.cuda(), (800, 800))
-    x_l, x_r, grad = (torch.randn(800, 2, 64, generator=gen, dtype=torch.float64)
+    x_l, x_r, grad = (torch.randn(800, heads, channels, generator=gen, dtype=torch.float64)
                       for _ in range(3))
-    att = torch.randn(2, 64, generator=gen, dtype=torch.float64)
-    e = torch.randn(edge_index.size(1), 2, 64, generator=gen, dtype=torch.float64).to(dtype)
+    att = torch.randn(heads, channels, generator=gen, dtype=torch.float64)
+    e = torch.randn(edge_index.size(1), heads, channels, generator=gen,
+                    dtype=torch.float64).to(dtype)
     x_l, x_r, e = x_l.to(dtype).double(), x_r.to(dtype).double(), e.double()
     position = csr_positions(graph, edge_index.size(1))
     out, _, grads = run_ours(graph, x_l, x_r, att, csr_order(graph, e), grad, dtype, "cuda",

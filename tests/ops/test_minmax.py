@@ -21,8 +21,8 @@ import math
 
 import pytest
 import torch
-from _helpers import (PROPERTY_GRAPHS, TOLERANCE, native_required, property_case,
-                      random_graph, seed_of)
+from _helpers import (PROPERTY_GRAPHS, TOLERANCE, cap_hub_lists, native_required,
+                      property_case, random_graph, seed_of)
 from torch_geometric.utils import scatter
 
 from pyg_ioaware import Graph, _native, config, ops
@@ -691,6 +691,27 @@ def test_cuda_hubs(reduce, dtype, index_width, monkeypatch):
     index_dtype = torch.int64 if index_width == 64 else torch.int32
     for width in (1, 3, 64, 130):
         run_hub_case("cuda", reduce, width, dtype, "cuda", index_dtype, monkeypatch)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_full_hub_list(reduce, monkeypatch):
+    """A hub list of one slot: the row kernels do the hubs a full list
+    refuses themselves, with the bits of a call that splits none; the
+    backward's hub walk likewise."""
+    check_native("cuda")
+    monkeypatch.setattr(hubs, "SMALL_STRUCTURE_ENTRIES", 0)  # thresholds above 256 too
+    edge_index, num_src, num_rows, _, _, _ = hub_case("cuda")
+    x64, grad64, ref_out, ref_grad, bound, _ = hub_reference("cuda", reduce, 64)
+    graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_rows))
+    x, grad = x64.to("cuda", torch.float32), grad64.to("cuda", torch.float32)
+    unsplit, unsplit_arg = forward_op(graph.rowptr, graph.col, x, reduce, 1.0, arg_bytes=2)
+    cap_hub_lists(monkeypatch, mm, 1)
+    out, arg = forward_op(graph.rowptr, graph.col, x, reduce, 0.5, arg_bytes=2)
+    assert torch.equal(bits(out), bits(unsplit)) and torch.equal(arg, unsplit_arg)
+    assert_same_values(out, ref_out, torch.float32)
+    grad_x = backward_op(graph.rowptr, graph.col, None, None, x, out, arg, grad, reduce)
+    assert_grad_close(grad_x, ref_grad, bound, torch.float32)
 
 
 @pytest.mark.cuda

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-from _helpers import (TOLERANCE, assert_reference_under_autograd, many_hubs_graph, random_graph,
-                      relative_error)
+from _helpers import (TOLERANCE, assert_reference_under_autograd, cap_hub_lists, hubs_graph,
+                      many_hubs_graph, random_graph, relative_error)
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -248,16 +248,26 @@ def test_cuda_hubs_both_sides_index_widths_bipartite_dropout(index_dtype, dtype)
     """Destination hubs (forward and destination pass split), source hubs
     (CSR^T rows), a bipartite graph, both index widths, edge features and
     dropout."""
+    hubs_of_both_sides(index_dtype, dtype, heads=2, channels=64)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_full_hub_lists_and_passes_of_heads(monkeypatch, dtype):
+    """Hub lists of one slot: the row kernels do the hub rows a full list
+    refuses themselves, in several passes of heads (4 heads of 128
+    channels: four passes in fp32, two in bf16)."""
+    cap_hub_lists(monkeypatch, transformer, 1)
+    hubs_of_both_sides(torch.int32, dtype, heads=4, channels=128)
+
+
+def hubs_of_both_sides(index_dtype, dtype, heads, channels):
+    """The kernels against float64 on a bipartite graph (700 sources, 300
+    destinations) with three destination hubs and two source hubs, edge
+    features and dropout."""
     gen = torch.Generator().manual_seed(21)
-    base = random_graph(700, 300, 3000, seed=21)
-    dst_hubs = torch.cat([torch.full((d,), h) for h, d in ((3, 3000), (5, 700), (8, 300))])
-    src_hubs = torch.cat([torch.full((d,), h) for h, d in ((4, 2600), (9, 400))])
-    edge_index = torch.cat([base,
-                            torch.stack([torch.randint(0, 700, dst_hubs.shape, generator=gen),
-                                         dst_hubs]),
-                            torch.stack([src_hubs,
-                                         torch.randint(0, 300, src_hubs.shape, generator=gen)])],
-                           dim=1)
+    edge_index = hubs_graph(700, 300, 3000, 21, ((3, 3000), (5, 700), (8, 300)),
+                            ((4, 2600), (9, 400)), gen)
     rows = edge_index[1].argsort(stable=True)
     sorted_index = edge_index[:, rows]
     rowptr = torch.zeros(301, dtype=torch.long)
@@ -267,7 +277,8 @@ def test_cuda_hubs_both_sides_index_widths_bipartite_dropout(index_dtype, dtype)
                   row=sorted_index[1].to("cuda", index_dtype), num_src=700, num_dst=300)
     position = torch.empty(edge_index.size(1), dtype=torch.long)
     position[rows] = torch.arange(edge_index.size(1))
-    _, _, qkv, e, grad = case(700, 300, 0, 2, 64, seed=22, edge=True, edge_index=edge_index)
+    _, _, qkv, e, grad = case(700, 300, 0, heads, channels, seed=22, edge=True,
+                              edge_index=edge_index)
     qkv = [t.to(dtype).double() for t in qkv]
     e = e.to(dtype).double()
     out, _, grads = run_ours(graph, qkv, e[rows], grad, dtype, "cuda", p=0.25, seed=77,
