@@ -7,10 +7,14 @@ changes on the large suite graphs in little device time.
 
     PYTHONPATH=src python scripts/kernel_bandwidth.py \
         --graphs arxiv-like,pokec-like --shapes gatv2:2x64,transformer:4x128,min:512
+
+With --breakdown each timed call's CUDA kernels are listed too (ms a call).
 """
 import argparse
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 from pyg_ioaware.bench.bandwidth import copy_bandwidth_gbs, time_back_to_back
 from pyg_ioaware.bench.cases import Workload
@@ -44,6 +48,23 @@ def kind_of(name: str) -> str:
     return KINDS.get(rest, rest.split()[0])
 
 
+def print_breakdown(run, device: torch.device, calls: int = 3) -> None:
+    """The CUDA kernels (on a CPU, the ops) of ``calls`` calls of ``run``
+    under torch.profiler: ms a call each (launches of one name summed),
+    longest first."""
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            run()
+        if cuda:
+            torch.cuda.synchronize(device)
+    kind = DeviceType.CUDA if cuda else DeviceType.CPU
+    events = [e for e in prof.key_averages() if e.device_type == kind]
+    total = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    for e in sorted(events, key=lambda e: -total(e)):
+        print(f"{'':40s} {total(e) / calls / 1e3:8.3f}  {e.count / calls:4.1f}x  {e.key[:90]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", default="arxiv-like,pokec-like")
@@ -54,6 +75,9 @@ def main() -> None:
                         help="which of fwd, fwd+arg, weights, bwd, deterministic to time")
     parser.add_argument("--scale", type=float, default=1.0, help="suite graph size factor")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also list each timed call's CUDA kernels (torch.profiler), "
+                             "ms a call")
     args = parser.parse_args()
     device = torch.device(args.device)
     copy_gbs = copy_bandwidth_gbs(device)
@@ -75,6 +99,8 @@ def main() -> None:
                     share = kernel.min_bytes / (ms * 1e-3) / 1e9 / copy_gbs
                     print(f"{name:14s} {shape:17s} {precision:5s} {kernel.name:32s} "
                           f"{ms:8.3f} {share:6.0%}", flush=True)
+                    if args.breakdown:
+                        print_breakdown(kernel.run, device)
                 torch.cuda.empty_cache()
         del edge_index, per_graph
         torch.cuda.empty_cache()
