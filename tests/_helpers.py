@@ -64,17 +64,20 @@ def hubs_graph(num_src: int, num_dst: int, num_edges: int, seed: int, dst_hubs, 
                                                          generator=gen)])], dim=1)
 
 
-def cap_hub_lists(monkeypatch, module, max_hubs: int) -> None:
+def cap_hub_lists(monkeypatch, module, max_hubs: int) -> list:
     """Makes ``module``'s hub_degree give hub lists of at most ``max_hubs``
     slots, so the kernels meet full lists (and do the refused rows
-    themselves)."""
-    real = module.hub_degree
+    themselves). Returns the (slots asked, slots given) of every call, for
+    the test to check that a list was cut."""
+    real, calls = module.hub_degree, []
 
     def capped(*args, **kwargs):
         degree, slots = real(*args, **kwargs)
-        return degree, min(slots, max_hubs)
+        calls.append((slots, min(slots, max_hubs)))
+        return degree, calls[-1][1]
 
     monkeypatch.setattr(module, "hub_degree", capped)
+    return calls
 
 
 def many_hubs_graph(seed: int):

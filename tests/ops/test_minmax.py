@@ -706,12 +706,13 @@ def test_cuda_full_hub_list(reduce, monkeypatch):
     graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_rows))
     x, grad = x64.to("cuda", torch.float32), grad64.to("cuda", torch.float32)
     unsplit, unsplit_arg = forward_op(graph.rowptr, graph.col, x, reduce, 1.0, arg_bytes=2)
-    cap_hub_lists(monkeypatch, mm, 1)
+    cut = cap_hub_lists(monkeypatch, mm, 1)
     out, arg = forward_op(graph.rowptr, graph.col, x, reduce, 0.5, arg_bytes=2)
     assert torch.equal(bits(out), bits(unsplit)) and torch.equal(arg, unsplit_arg)
     assert_same_values(out, ref_out, torch.float32)
     grad_x = backward_op(graph.rowptr, graph.col, None, None, x, out, arg, grad, reduce)
     assert_grad_close(grad_x, ref_grad, bound, torch.float32)
+    assert cut[0][0] > cut[0][1]  # the forward's list was cut
 
 
 @pytest.mark.cuda
