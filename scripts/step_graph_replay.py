@@ -11,30 +11,21 @@ Run on a GPU host from a source checkout (PYTHONPATH=src); fp32 only
 (autocast's cast cache and graph capture do not mix).
 """
 import argparse
-import time
 
 import torch
 
+from pyg_ioaware.bench.bandwidth import time_back_to_back
 from pyg_ioaware.bench.cases import MINIBATCH_CASES, select
 from pyg_ioaware.bench.minibatch import (SIZES, LEARNING_RATE, TwoLayer, generate_batches,
                                          train_step)
 
 
-def wall_ms(run, steps: int) -> float:
-    """Host wall time per call of ``run`` over ``steps`` calls, synchronised
-    before and after."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        run()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3 / steps
-
-
-def step_times(make, channels: int, batch, steps: int, name: str):
+def step_times(make, channels: int, batch, name: str):
     """(eager ms, replayed ms; NaN where the step cannot be captured) of one
     model's training step on ``batch`` (its own edge_index every step: the
-    graph cache hits); ``name`` labels a failed capture's message."""
+    graph cache hits), each timed back to back as the bench times kernels
+    (bench.bandwidth.time_back_to_back); ``name`` labels a failed
+    capture's message."""
     torch.manual_seed(0)
     model = TwoLayer(make, channels).cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
@@ -48,7 +39,8 @@ def step_times(make, channels: int, batch, steps: int, name: str):
         for _ in range(5):
             step()
     torch.cuda.current_stream().wait_stream(side)
-    eager = wall_ms(step, steps)
+    device = torch.device("cuda")
+    eager = time_back_to_back(step, device)
     graph = torch.cuda.CUDAGraph()
     try:
         with torch.cuda.graph(graph):
@@ -56,14 +48,13 @@ def step_times(make, channels: int, batch, steps: int, name: str):
     except RuntimeError as error:  # a step that cannot be captured says why
         print(f"  {name}: capture failed: {str(error).splitlines()[0]}")
         return eager, float("nan")
-    return eager, wall_ms(graph.replay, steps)
+    return eager, time_back_to_back(graph.replay, device)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="gcn-no-loops,sage-mean")
     parser.add_argument("--sizes", default="small,medium")
-    parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"{'batch':7s} {'case':32s} {'ours eager':>10s} {'replayed':>9s} "
@@ -73,8 +64,8 @@ def main() -> None:
         batch = generate_batches(size, device="cuda")[0]
         for case in select(args.cases, MINIBATCH_CASES):
             label = f"{size_name} {case.name}"
-            ours = step_times(case.make_ours, size.channels, batch, args.steps, f"{label}, ours")
-            pyg = step_times(case.make_pyg, size.channels, batch, args.steps, f"{label}, PyG")
+            ours = step_times(case.make_ours, size.channels, batch, f"{label}, ours")
+            pyg = step_times(case.make_pyg, size.channels, batch, f"{label}, PyG")
             print(f"{size_name:7s} {case.name:32s} {ours[0]:10.3f} {ours[1]:9.3f} "
                   f"{pyg[0]:10.3f} {pyg[1]:9.3f} {pyg[0] / ours[0]:14.2f}x "
                   f"{pyg[1] / ours[1]:8.2f}x", flush=True)
