@@ -7,15 +7,18 @@ read), then our native entries and Python paths. A diagnosis tool for
 launch-bound mini-batch steps; run on a GPU host from a source checkout
 (PYTHONPATH=src).
 
-    python scripts/host_costs.py [--layers]
+    python scripts/host_costs.py [--layers | --projections]
 """
 import argparse
+import time
 
 import torch
 import torch_geometric.nn as pyg_nn
 
 from pyg_ioaware import Graph, _native, nn as ours_nn
 from pyg_ioaware.graph import prefetch
+from pyg_ioaware.bench.cases.attention import one_self_loop_per_node
+from pyg_ioaware.bench.graphs import generate
 from pyg_ioaware.bench.minibatch import SIZES, generate_batches
 from pyg_ioaware.ops import normalize
 from pyg_ioaware.ops.spmm import spmm_trusted
@@ -78,10 +81,65 @@ def layer_rows(edge_index, x) -> dict:
     return rows
 
 
+def projection_rows(edge_index, n: int, rows: int) -> dict:
+    """GATv2Conv(128, 64, heads=2)'s two projections as one product on
+    ``rows`` nodes and its pieces (the C++ node, torch's ops it makes), and
+    the layer's call on the graph (``n`` nodes)."""
+    from pyg_ioaware import _native_host
+    host = _native_host.active()
+    d = 128
+    x = torch.randn(n, d, device="cuda")
+    x_grad = x.clone().requires_grad_()
+    rows_x = x[:rows]
+    ours, pyg = ours_nn.GATv2Conv(d, 64, heads=2).cuda(), pyg_nn.GATv2Conv(d, 64, heads=2).cuda()
+    lins = (ours.lin_l, ours.lin_r)
+    weights, biases = [lin.weight for lin in lins], [lin.bias for lin in lins]
+    weight, bias = torch.cat(weights).detach(), torch.cat(biases).detach()
+    rows_grad = rows_x.clone().requires_grad_()
+    grad = torch.randn(rows_x.size(0), 2 * d, device=x.device)
+    pieces = {
+        "torch.cat(two weights)": lambda: torch.cat([w.detach() for w in weights]),
+        "torch.cat(two biases)": lambda: torch.cat([b.detach() for b in biases]),
+        f"torch.mm(x, W^T), {rows} rows": lambda: torch.mm(rows_x, weight.t()),
+        f"torch.addmm(b, x, W^T), {rows} rows": lambda: torch.addmm(bias, rows_x, weight.t()),
+        f"host.fused_linear, no grad, {rows} rows": torch.no_grad()(
+            lambda: host.fused_linear(rows_x, weights, biases, dtype=None)),
+        f"host.fused_linear (grad), {rows} rows": lambda: host.fused_linear(
+            rows_grad, weights, biases, dtype=None),
+        f"host.fused_linear (grad) + backward, {rows} rows": lambda: host.fused_linear(
+            rows_grad, weights, biases, dtype=None).backward(grad),
+    }
+    for name, layer in (("ours", ours), ("PyG", pyg)):
+        layer(x, edge_index)  # fills the cache
+        pieces[f"{name} GATv2Conv: forward, no grad"] = torch.no_grad()(
+            lambda l=layer: l(x, edge_index))
+        pieces[f"{name} GATv2Conv: forward (grad)"] = lambda l=layer: l(x_grad, edge_index)
+    return pieces
+
+
+def host_us_busy(fn, calls: int = 20) -> float:
+    """Host us per call of ``fn`` while a sleep kernel holds the GPU (its
+    work waits behind the sleep: the host never waits for it)."""
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(calls * 4_000_000)  # about 2 ms a call
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", action="store_true",
                         help="only the layers' calls and their pieces")
+    parser.add_argument("--projections", action="store_true",
+                        help="only GATv2Conv's calls and its projections' pieces")
+    parser.add_argument("--graph", default=None,
+                        help="with --projections: a suite graph (one self loop a node) "
+                             "instead of the small mini-batch, its projections on every node")
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     batch = generate_batches(SIZES["small"], device="cuda", count=1)[0]
@@ -94,9 +152,17 @@ def main() -> None:
     x0, out0 = x[:, :0], torch.empty(n, 0, device="cuda")
     out64 = torch.empty_like(x)
     if args.layers:
-        rows = layer_rows(edge_index, x)
-        for name, fn in rows.items():
+        for name, fn in layer_rows(edge_index, x).items():
             print(f"{host_us(fn):9.1f} us  {name}")
+        return
+    if args.projections:
+        if args.graph is not None:
+            edge_index, n = generate(args.graph, device="cuda")
+            edge_index = one_self_loop_per_node(edge_index, n, n)
+        rows = projection_rows(edge_index, n, n if args.graph else 2048)
+        print(f"{args.graph or 'small batch'}: {n} nodes; host us a call, the GPU held busy")
+        for name, fn in rows.items():
+            print(f"{host_us_busy(fn):9.1f} us  {name}")
         return
     rows = {
         "ctypes: pygio_abi_version": _native.library().pygio_abi_version,

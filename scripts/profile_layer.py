@@ -6,12 +6,21 @@ kernels of each phase listed by total time.
 
 With --timeline it also lists the last step's kernels in GPU order with
 their start, duration and the idle gap before each (where the GPU waited
-for the host), and the step's busy share.
+for the host), and the step's busy share. With --host it times the forward
+and the backward as the bench does (CUDA events, the GPU idle when the
+call starts) and with the GPU held busy until the host has issued the whole
+call (its GPU work alone), the host's time per call, and a cProfile of the
+forward.
 
 Run on a GPU host from a source checkout (PYTHONPATH=src); a diagnosis tool,
 not a benchmark (docs/benchmark_protocol.md timings come from python -m pyg_ioaware.bench).
 """
 import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -32,6 +41,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=15, help="kernels listed per phase")
     parser.add_argument("--timeline", action="store_true",
                         help="list the last step's kernels in order, with idle gaps")
+    parser.add_argument("--host", action="store_true",
+                        help="time each phase with the GPU idle and busy at its start; "
+                             "profile the forward's host time")
     args = parser.parse_args()
 
     edge_index, num_nodes = generate(args.graph, device="cuda")
@@ -62,6 +74,8 @@ def main() -> None:
     print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows))
     if args.timeline:
         print_timeline(prof)
+    if args.host:
+        print_host_share(layer, x, edge_index, dtype, args.dtype != "fp32", args.rows)
 
 
 def print_timeline(prof: profile) -> None:
@@ -86,6 +100,76 @@ def print_timeline(prof: profile) -> None:
         previous_end = max(previous_end, end)
     span = previous_end - origin
     print(f"busy {busy:.1f} us of {span:.1f} us ({100 * busy / max(span, 1e-9):.0f}%)")
+
+
+def print_host_share(layer, x, edge_index, dtype, autocast: bool, rows: int,
+                     iters: int = 30) -> None:
+    """Forward and backward ms with the GPU idle at the call's start (as
+    the bench times them) and held busy by a sleep kernel until the host
+    has issued the call (the GPU work alone), the host's ms per call, and
+    the forward's cProfile (``rows`` functions by own time)."""
+    def forward():
+        with torch.autocast("cuda", dtype=dtype, enabled=autocast):
+            return layer(x, edge_index)
+
+    times = {key: [] for key in ("fwd idle", "fwd busy", "bwd idle", "bwd busy",
+                                 "fwd host", "bwd host")}
+    for _ in range(iters):
+        for state in ("idle", "busy"):
+            marks = []
+            for phase in ("fwd", "bwd"):
+                torch.cuda.synchronize()
+                if state == "busy":
+                    torch.cuda._sleep(20_000_000)  # ~10 ms: the host issues the call meanwhile
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                    enable_timing=True)
+                start.record()
+                host = time.perf_counter()
+                if phase == "fwd":
+                    out = forward()
+                else:
+                    out.backward(torch.ones_like(out))
+                    out = None
+                host = time.perf_counter() - host
+                end.record()
+                marks.append((phase, start, end, host))
+            torch.cuda.synchronize()
+            x.grad = None
+            for phase, start, end, host in marks:
+                times[f"{phase} {state}"].append(start.elapsed_time(end))
+                if state == "busy":
+                    times[f"{phase} host"].append(host * 1e3)
+    print("median ms: " + ", ".join(f"{key} {statistics.median(values):.3f}"
+                                     for key, values in times.items()))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("idle forward"):
+            forward()
+        torch.cuda.synchronize()
+    print_idle_forward(prof)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(iters):
+        forward()
+    profiler.disable()
+    torch.cuda.synchronize()
+    stream = io.StringIO()
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(rows)
+    print(stream.getvalue())
+
+
+def print_idle_forward(prof: profile) -> None:
+    """A forward called with the GPU idle: its host ops, kernel launches
+    and kernels in start order, us from the call's start."""
+    events = prof.events()
+    origin = min(e.time_range.start for e in events if e.name == "idle forward")
+    print(f"{'start us':>9} {'dur us':>7}  {'where':<4} event (a forward called with the GPU idle)")
+    for e in sorted(events, key=lambda e: e.time_range.start):
+        gpu = e.device_type == torch.autograd.DeviceType.CUDA
+        if e.name == "idle forward" or not (gpu or e.name.startswith(("aten::", "cuda", "cu"))):
+            continue
+        print(f"{e.time_range.start - origin:9.1f} {e.time_range.end - e.time_range.start:7.1f}"
+              f"  {'GPU' if gpu else 'host':<4} {e.name[:80]}")
 
 
 if __name__ == "__main__":
