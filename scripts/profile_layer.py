@@ -9,8 +9,9 @@ their start, duration and the idle gap before each (where the GPU waited
 for the host), and the step's busy share. With --host it times the forward
 and the backward as the bench does (CUDA events, the GPU idle when the
 call starts) and with the GPU held busy until the host has issued the whole
-call (its GPU work alone), the host's time per call, and a cProfile of the
-forward.
+call (its GPU work alone), the host's time per call, when the forward
+enters and leaves each C++ node of the host extension, one forward's host
+ops and kernels in start order, and a cProfile of the forward.
 
 Run on a GPU host from a source checkout (PYTHONPATH=src); a diagnosis tool,
 not a benchmark (docs/benchmark_protocol.md timings come from python -m pyg_ioaware.bench).
@@ -26,6 +27,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import pyg_ioaware.nn
+from pyg_ioaware import _native_host
 from pyg_ioaware.bench.cases.attention import one_self_loop_per_node
 from pyg_ioaware.bench.graphs import generate
 
@@ -141,6 +143,7 @@ def print_host_share(layer, x, edge_index, dtype, autocast: bool, rows: int,
                     times[f"{phase} host"].append(host * 1e3)
     print("median ms: " + ", ".join(f"{key} {statistics.median(values):.3f}"
                                      for key, values in times.items()))
+    print_node_marks(forward, iters)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         with record_function("idle forward"):
@@ -156,6 +159,40 @@ def print_host_share(layer, x, edge_index, dtype, autocast: bool, rows: int,
     stream = io.StringIO()
     pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(rows)
     print(stream.getvalue())
+
+
+def print_node_marks(forward, iters: int) -> None:
+    """Host us from a forward's start (the GPU idle) to where it enters and
+    leaves each call of the host extension's linear and attention nodes,
+    medians over ``iters`` forwards."""
+    host = _native_host.active()
+    if host is None:
+        return
+    marks, originals = [], {}
+    for name in ("fused_linear", "gatv2_attention", "transformer_attention"):
+        originals[name] = function = getattr(host, name)
+
+        def marked(*args, _name=name, _function=function, **kwargs):
+            marks.append((f"{_name} in", time.perf_counter()))
+            out = _function(*args, **kwargs)
+            marks.append((f"{_name} out", time.perf_counter()))
+            return out
+        setattr(host, name, marked)
+    try:
+        times = {}
+        for _ in range(iters):
+            torch.cuda.synchronize()
+            marks.clear()
+            start = time.perf_counter()
+            forward()
+            marks.append(("return", time.perf_counter()))
+            for name, t in marks:
+                times.setdefault(name, []).append((t - start) * 1e6)
+    finally:
+        for name, function in originals.items():
+            setattr(host, name, function)
+    print("host us from the forward's start (GPU idle): " + ", ".join(
+        f"{name} {statistics.median(values):.0f}" for name, values in times.items()))
 
 
 def print_idle_forward(prof: profile) -> None:
