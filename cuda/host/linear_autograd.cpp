@@ -25,14 +25,9 @@
 // torch.autograd.Function (large outputs) and, for k > 1, two
 // concatenations recorded by autograd: host time that a layer's forward
 // spends before its first large kernel can start, right after the
-// synchronisation a training loop or benchmark makes. Here the
-// concatenations are views where the maps' parameters lie one after
-// another in one buffer (adjoin, asked for by the caller), so a call makes
-// no copy at all, and the product is launched before the node records
-// what backward needs.
+// synchronisation a training loop or benchmark makes.
 #include "linear_autograd.h"
 
-#include <c10/util/strides.h>
 #include <torch/csrc/Exceptions.h>
 
 #include "native_api.h"
@@ -44,61 +39,7 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Whether parts lie one after another in one storage, contiguous, of one
-// dtype and one trailing shape: their concatenation is then a view.
-bool adjacent(at::TensorList parts) {
-  const Tensor& first = parts[0];
-  const c10::StorageImpl* storage = first.storage().unsafeGetStorageImpl();
-  int64_t offset = first.storage_offset();
-  for (const Tensor& part : parts) {
-    if (!part.is_contiguous() || part.dim() == 0 ||
-        part.storage().unsafeGetStorageImpl() != storage || part.storage_offset() != offset ||
-        part.scalar_type() != first.scalar_type() ||
-        part.sizes().slice(1) != first.sizes().slice(1)) {
-      return false;
-    }
-    offset += part.numel();
-  }
-  return true;
-}
-
-// [part_1; ...; part_k] along dim 0: a view where the parts are adjacent
-// (no copy), else their concatenation.
-Tensor stacked(at::TensorList parts) {
-  if (parts.size() == 1) return parts[0];
-  if (!adjacent(parts)) return at::cat(parts);
-  std::vector<int64_t> sizes = parts[0].sizes().vec();
-  for (size_t i = 1; i < parts.size(); ++i) sizes[0] += parts[i].size(0);
-  return parts[0].as_strided(sizes, c10::contiguous_strides(sizes));
-}
-
-// Makes parts (leaf tensors, outside inference mode) consecutive views of
-// one new buffer, in order, unless they already are adjacent: each keeps
-// its values, requires_grad and identity (set_data, as ``p.data = ...``),
-// and from then on stacked() reads them in place. Parts that cannot be
-// adjacent (other dtypes or trailing shapes, views with history, inference
-// tensors) are left as they are.
-void adjoin(at::TensorList parts) {
-  if (parts.size() < 2 || c10::InferenceMode::is_enabled() || adjacent(parts)) return;
-  const Tensor& first = parts[0];
-  for (const Tensor& part : parts) {
-    if (!part.is_leaf() || part.is_inference() || part.dim() == 0 ||
-        part.scalar_type() != first.scalar_type() || part.device() != first.device() ||
-        part.sizes().slice(1) != first.sizes().slice(1)) {
-      return;
-    }
-  }
-  torch::NoGradGuard no_grad;
-  std::vector<Tensor> values;
-  for (const Tensor& part : parts) values.push_back(part.detach());
-  const Tensor buffer = at::cat(values);
-  int64_t row = 0;
-  for (const Tensor& part : parts) {
-    const int64_t rows = part.size(0);
-    Tensor(part).set_data(buffer.narrow(0, row, rows));
-    row += rows;
-  }
-}
+Tensor stacked(at::TensorList parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); }
 
 // t in the product's dtype where one is given (autocast's), else as it is.
 Tensor in_compute_dtype(const Tensor& t, std::optional<c10::ScalarType> dtype) {
@@ -116,13 +57,6 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const Tensor input = in_compute_dtype(x, dtype);
     const Tensor weight = in_compute_dtype(stacked(weights), dtype);
-    // The product first: its kernel starts while the host records the rest.
-    // A fresh tensor, no view: a caller may add to it in place.
-    const Tensor result =
-        into ? into->addmm_(input, weight.t())
-             : (biases.empty() ? input.mm(weight.t())
-                               : at::addmm(in_compute_dtype(stacked(biases), dtype), input,
-                                           weight.t()));
     bool weights_need_grad = false;
     for (const auto& w : weights) weights_need_grad |= w.requires_grad();
     ctx->saved_data["maps"] = static_cast<int64_t>(weights.size());
@@ -135,9 +69,7 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
     // X only for dW, W only for dX (a layer's input is not kept for nothing);
     // the maps' own weights too, and X itself where it was cast, for a
     // backward that records a graph (the concatenation and the casts made
-    // here have none). Saving each map's weight also checks every one's
-    // version when backward unpacks them: W, when a view of the adjacent
-    // weights, shares only the first one's version counter.
+    // here have none).
     const bool x_recast = x.requires_grad() && input.scalar_type() != x.scalar_type();
     variable_list saved{weights_need_grad ? (x_recast ? x : input) : Tensor(),
                         x.requires_grad() ? weight : Tensor()};
@@ -146,8 +78,13 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
     }
     ctx->save_for_backward(saved);
     ctx->saved_data["dtype"] = dtype;
-    if (into) ctx->mark_dirty({*into});
-    return result;
+    if (into) {
+      ctx->mark_dirty({*into});
+      return into->addmm_(input, weight.t());
+    }
+    // A fresh tensor, no view: a caller may add to it in place.
+    return biases.empty() ? input.mm(weight.t())
+                          : at::addmm(in_compute_dtype(stacked(biases), dtype), input, weight.t());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -219,7 +156,7 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
 Tensor fused_linear_autograd(const Tensor& x, const std::vector<Tensor>& weights,
                              const std::vector<Tensor>& biases,
                              const std::optional<Tensor>& into,
-                             std::optional<c10::ScalarType> dtype, bool adjoin_maps) {
+                             std::optional<c10::ScalarType> dtype) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   TORCH_CHECK(!weights.empty() && (biases.empty() || biases.size() == weights.size()),
               "pyg_ioaware host extension: fused_linear takes one or more weights and no "
@@ -227,10 +164,6 @@ Tensor fused_linear_autograd(const Tensor& x, const std::vector<Tensor>& weights
   TORCH_CHECK(!into || (biases.empty() && weights.size() == 1),
               "pyg_ioaware host extension: fused_linear accumulates one map without a bias "
               "into a result");
-  if (adjoin_maps) {
-    adjoin(weights);
-    if (!biases.empty()) adjoin(biases);
-  }
   // As TensorLists: autograd takes their tensors as inputs (a vector it would not).
   return FusedLinearFunction::apply(x, at::TensorList(weights), at::TensorList(biases), into,
                                     dtype);

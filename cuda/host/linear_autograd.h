@@ -11,14 +11,11 @@ namespace pygio_host {
 // Y = X [W_1; ...; W_k]^T (+ [b_1; ...; b_k]) as one autograd node; biases
 // empty or one per weight. With `into` (one map, no bias): into += X W^T in
 // place. With `dtype` (autocast's): X, W and b cast to it for the product,
-// each gradient in its input's dtype. With `adjoin_maps` the weights (and
-// the biases) become consecutive views of one buffer first, where they can
-// (the caller's parameters: same tensors and values), so that this and
-// every later call reads their concatenation without copying it.
+// each gradient in its input's dtype.
 torch::Tensor fused_linear_autograd(const torch::Tensor& x,
                                     const std::vector<torch::Tensor>& weights,
                                     const std::vector<torch::Tensor>& biases,
                                     const std::optional<torch::Tensor>& into,
-                                    std::optional<c10::ScalarType> dtype, bool adjoin_maps);
+                                    std::optional<c10::ScalarType> dtype);
 
 }  // namespace pygio_host

@@ -24,7 +24,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 14;
+  m.attr("HOST_API_VERSION") = 13;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -116,10 +116,9 @@ PYBIND11_MODULE(_native_host_ext, m) {
       .def("csr", &EdgeStatsRead::csr, "the CSR the same launch wrote, where asked");
   m.def("fused_linear", &fused_linear_autograd,
         "x [W_1; ...; W_k]^T + [b_1; ...; b_k] (or into += x W^T) as one autograd node, "
-        "in dtype where given (autocast's); with adjoin, the weights (and biases) made "
-        "views of one buffer first where they can be",
+        "in dtype where given (autocast's)",
         py::arg("x"), py::arg("weights"), py::arg("biases"), py::arg("into") = py::none(),
-        py::arg("dtype") = py::none(), py::arg("adjoin") = false);
+        py::arg("dtype") = py::none());
   m.def("edge_index_stats", &edge_index_stats, "pygio_edge_index_stats, read back");
   m.def("grouped_graph", &grouped_graph,
         "a new graph's statistics, CSR and optionally self-loop graph in one call");

@@ -3,12 +3,9 @@ gradient is a GEMV: against torch's ops in float64 (gradcheck), where they
 take over and where not (the Python nodes, and the C++ node of the host
 extension on CUDA), and the attention layers through them against PyG's
 layers with the same weights."""
-import collections
-
 import pytest
 import torch
 import torch_geometric
-from torch.utils._python_dispatch import TorchDispatchMode
 from _helpers import (TOLERANCE, assert_runs_match, host_extension_calls, random_graph,
                       relative_error)
 from _helpers import run_attention as run
@@ -223,127 +220,6 @@ def test_host_node_not_taken_for_other_inputs(host_calls, monkeypatch):
     assert host_calls["fused_linear"] == 0
     bias_gradient.apply_linear(lin.float(), torch.randn(6, 8, device="cuda"))
     assert host_calls["fused_linear"] == 1  # the 2-D float32 call with a gradient only
-
-
-def adjacent(params):
-    """Whether ``params`` lie one after another in one storage."""
-    first = params[0]
-    offset = first.data_ptr()
-    for param in params:
-        if (param.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
-                or param.data_ptr() != offset):
-            return False
-        offset += param.numel() * param.element_size()
-    return True
-
-
-class CountOps(TorchDispatchMode):
-    """Counts the aten ops called below it (from Python or C++)."""
-
-    def __init__(self):
-        super().__init__()
-        self.count = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.count[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
-
-
-@pytest.mark.cuda
-def test_host_node_adjoins_the_maps_parameters(host_calls):
-    """The first call makes the maps' weights and biases consecutive views
-    of one buffer (same Parameter objects and values); later calls read
-    their concatenation without a copy, stay exact after an optimizer step,
-    and a moved module is adjoined again."""
-    gen = torch.Generator().manual_seed(9)
-    lins = maps(3, True, torch.float32, gen)
-    weights, biases = [lin.weight for lin in lins], [lin.bias for lin in lins]
-    before = [p.detach().clone() for p in (*weights, *biases)]
-    x = torch.randn(11, 5, generator=gen).cuda().requires_grad_()
-    bias_gradient.fused_linear(x, lins)
-    assert adjacent(weights) and adjacent(biases)
-    assert [lin.weight for lin in lins] == weights and all(
-        type(p) is torch.nn.Parameter and p.requires_grad and p.is_leaf
-        for p in (*weights, *biases))
-    assert all(torch.equal(p, b) for p, b in zip((*weights, *biases), before))
-    optimizer = torch.optim.SGD([*weights, *biases], lr=0.5)
-    for _ in range(2):
-        optimizer.zero_grad()
-        with CountOps() as ops:
-            out = bias_gradient.fused_linear(x, lins).flatten(1)
-        assert ops.count["cat"] == 0
-        want = torch.nn.functional.linear(x, torch.cat(weights), torch.cat(biases))
-        grad = torch.randn(out.shape, generator=gen).cuda()
-        got_grads = torch.autograd.grad(out, [x, *weights, *biases], grad, retain_graph=True)
-        want_grads = torch.autograd.grad(want, [x, *weights, *biases], grad)
-        for got, expected in zip([out, *got_grads], [want, *want_grads]):
-            assert relative_error(got, expected) < TOLERANCE[torch.float32] * 10
-        out.backward(grad)
-        optimizer.step()  # in place, through the views
-    for lin in lins:
-        lin.cpu().cuda()  # each parameter a buffer of its own again
-    assert not adjacent(weights)
-    bias_gradient.fused_linear(x, lins)
-    assert adjacent(weights) and adjacent(biases)
-
-
-@pytest.mark.cuda
-def test_host_node_checks_each_adjoined_weight_in_backward(host_calls):
-    """dX reads the maps' weights through one view: an in-place change of
-    any of them between forward and backward is autograd's error, not a
-    gradient of other weights."""
-    gen = torch.Generator().manual_seed(10)
-    lins = maps(2, False, torch.float32, gen)
-    x = torch.randn(6, 5, generator=gen).cuda().requires_grad_()
-    bias_gradient.fused_linear(x, lins)  # adjoins them
-    out = bias_gradient.fused_linear(x, lins)
-    with torch.no_grad():
-        lins[1].weight.mul_(2)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        out.sum().backward()
-
-
-@pytest.mark.cuda
-def test_host_node_adjoins_only_parameters_outside_inference(host_calls):
-    gen = torch.Generator().manual_seed(11)
-    lins = maps(2, True, torch.float32, gen)
-    x = torch.randn(6, 5, generator=gen).cuda()
-    with torch.inference_mode():
-        bias_gradient.fused_linear(x, lins)
-    assert not adjacent([lin.weight for lin in lins])
-    tensors = [torch.randn(4, 5, generator=gen).cuda() for _ in range(2)]
-    bias_gradient._native_host.active().fused_linear(x, tensors, [], adjoin=False)
-    assert not adjacent(tensors)
-    with torch.no_grad():  # eval: adjoined all the same
-        bias_gradient.fused_linear(x, lins)
-    assert adjacent([lin.weight for lin in lins]) and adjacent([lin.bias for lin in lins])
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("layer", ["gatv2", "transformer"])
-def test_attention_layers_with_adjoined_projections_train_like_pyg(host_calls, layer):
-    """GATv2Conv's and TransformerConv's projections adjoined at their
-    first call: two SGD steps of ours and of PyG's layer from one state
-    give the same outputs and state."""
-    classes = {"gatv2": (GATv2Conv, torch_geometric.nn.GATv2Conv),
-               "transformer": (TransformerConv, torch_geometric.nn.TransformerConv)}
-    ours, ref = layer_pair(*classes[layer], torch.float32, "cuda")
-    edge_index = random_graph(60, 60, 500, seed=3, hub_degree=80).cuda()
-    x = torch.randn(60, 12, device="cuda")
-    optimizers = [torch.optim.SGD(conv.parameters(), lr=0.1) for conv in (ours, ref)]
-    for _ in range(2):
-        outs = []
-        for conv, optimizer in zip((ours, ref), optimizers):
-            optimizer.zero_grad()
-            out = conv(x, edge_index)
-            out.square().mean().backward()
-            optimizer.step()
-            outs.append(out)
-        assert host_calls["fused_linear"] > 0
-        assert relative_error(outs[0], outs[1]) < TOLERANCE[torch.float32] * 100
-    state = ref.state_dict()
-    for key, value in ours.state_dict().items():
-        assert relative_error(value, state[key]) < TOLERANCE[torch.float32] * 100, key
 
 
 def graph_nodes(out):

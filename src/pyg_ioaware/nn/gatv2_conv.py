@@ -59,9 +59,7 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
     cached with it. The linear maps are plain torch (16-bit under
     autocast); for one node tensor ``lin_l`` and ``lin_r`` are one matrix
     product ([N, 2 * heads * channels], read in place by the kernels, its
-    gradient written by them as one tensor), their parameters consecutive
-    views of one buffer from the first CUDA call on (``.data`` swapped:
-    same Parameters; :func:`pyg_ioaware.ops.bias_gradient.fused_linear`). The bias is added in the
+    gradient written by them as one tensor). The bias is added in the
     kernels' output pass where no cast and no residual come first (else
     after, with the cast to PyG's dtype inside the add under autocast).
     With ``edge_dim`` the projected edge features [E, heads * channels] are

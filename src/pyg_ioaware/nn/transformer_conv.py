@@ -56,10 +56,7 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
     maps are one matrix product (their weights concatenated, [N, 3 * heads
     * channels]), and q, k, v are strided views of it, read in place; for a
     bipartite ``(x_src, x_dst)`` key and value are one product of
-    ``x_src``. From the first CUDA call on, those maps' parameters are
-    consecutive views of one buffer (``.data`` swapped: same Parameters;
-    :func:`pyg_ioaware.ops.bias_gradient.fused_linear`), so no call copies
-    them together. The scores, the softmax over each destination's incoming
+    ``x_src``. The scores, the softmax over each destination's incoming
     edges, attention dropout and the weighted sum are one kernel pass per
     destination (:func:`pyg_ioaware.ops.transformer.graph_transformer`): no
     [E, heads, channels] or [E, heads] tensor is written, only the per-node

@@ -17,9 +17,8 @@ outputs (:data:`MIN_GEMV_ELEMENTS`) and leave small ones, whose steps are
 bound by host time, to torch's ops; where the C++ host extension is loaded
 that node is C++. :func:`fused_linear` is the C++ node at every size on
 2-D CUDA float32 / float64 inputs outside autocast: with the concatenation
-of the maps' weights and biases inside it (a view, once their parameters
-lie in one buffer), it spends less host time before the product's kernel
-than ``torch.cat`` and ``F.linear``.
+of the maps' weights and biases inside it, it spends less host time before
+the product's kernel than ``torch.cat`` and ``F.linear``.
 
 Under CUDA autocast :func:`linear`, :func:`fused_linear` and
 :func:`add_product` are the C++ node at every size (2-D inputs): it makes
@@ -182,22 +181,13 @@ def fusable(lins: Sequence[torch.nn.Module]) -> bool:
 def fused_linear(x: Tensor, lins: Sequence[torch.nn.Module]) -> Tensor:
     """[N, len(lins), out] with slot s = ``lins[s](x)`` for x [N, in]: one
     matrix product with the maps' weights (and biases) concatenated (in the
-    C++ node, or through :func:`linear`); ``lins`` must be :func:`fusable`.
-
-    In the C++ node the maps' weights (and their biases), where they are
-    plain ``nn.Parameter`` s of one dtype, become consecutive views of one
-    buffer at the first call (each parameter's ``.data`` swapped: the same
-    Parameter objects, values and gradients, so optimizers and state dicts
-    are unaffected), and every call reads their concatenation in place
-    instead of copying it; moving the module (``.to``) separates them again
-    until the next call."""
+    C++ node, or through :func:`linear`); ``lins`` must be :func:`fusable`."""
     weights = [lin.weight for lin in lins]
     biases = [] if lins[0].bias is None else [lin.bias for lin in lins]
     taken = _host_linear(x, [*weights, *biases])
     if taken is not None:  # the concatenations (and autocast's casts) inside the C++ node
         host, dtype = taken
-        adjoin = all(type(t) is torch.nn.Parameter for t in (*weights, *biases))
-        out = host.fused_linear(x, weights, biases, dtype=dtype, adjoin=adjoin)
+        out = host.fused_linear(x, weights, biases, dtype=dtype)
     else:
         out = linear(x, torch.cat(weights), torch.cat(biases) if biases else None)
     return out.view(x.size(0), len(lins), lins[0].weight.size(0))
