@@ -255,12 +255,9 @@ RUN_TITLES = {
         "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-, pokec- and web-like after "
         "the attention layers' fused projections became one C++ autograd node, H200 "
         "(issues 8, 9)",
-    "results_h200_adjoined_projections":
-        "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-like with the fused "
-        "projections' parameters in one buffer (no concatenation a call), H200 (issues 8, 9)",
-    "results_h200_adjoined_projections_before":
-        "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-like before the fused "
-        "projections' parameters shared one buffer, run in the same call, H200 (issues 8, 9)",
+    "results_h200_landed_attention_arxiv":
+        "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-like, the landed tree (the "
+        "baseline of a tried change to the fused projections), H200 (issues 8, 9)",
 }
 
 
