@@ -3,11 +3,14 @@
 Each piece runs many times back to back on a small graph (so the GPU never
 holds the host back) and the host time per call is reported: torch
 reference points (an allocation, an elementwise kernel, a device-to-host
-read), then our native entries and Python paths. A diagnosis tool for
-launch-bound mini-batch steps; run on a GPU host from a source checkout
-(PYTHONPATH=src).
+read), then our native entries and Python paths. With --projections:
+GATv2Conv's fused projection, its pieces and the layer's call against
+PyG's, each timed while a sleep kernel holds the GPU (so the host never
+waits for it, whatever the size: --graph takes a suite graph). A diagnosis
+tool for launch-bound mini-batch steps; run on a GPU host from a source
+checkout (PYTHONPATH=src).
 
-    python scripts/host_costs.py [--layers | --projections]
+    python scripts/host_costs.py [--layers | --projections [--graph arxiv-like]]
 """
 import argparse
 import time
