@@ -18,7 +18,7 @@ import time
 import torch
 import torch_geometric.nn as pyg_nn
 
-from pyg_ioaware import Graph, _native, nn as ours_nn
+from pyg_ioaware import Graph, _native, _native_host, nn as ours_nn
 from pyg_ioaware.graph import prefetch
 from pyg_ioaware.bench.cases.attention import one_self_loop_per_node
 from pyg_ioaware.bench.graphs import generate
@@ -88,7 +88,6 @@ def projection_rows(edge_index, n: int, rows: int) -> dict:
     """GATv2Conv(128, 64, heads=2)'s two projections as one product on
     ``rows`` nodes and its pieces (the C++ node, torch's ops it makes), and
     the layer's call on the graph (``n`` nodes)."""
-    from pyg_ioaware import _native_host
     host = _native_host.active()
     d = 128
     x = torch.randn(n, d, device="cuda")
@@ -145,28 +144,29 @@ def main() -> None:
                              "instead of the small mini-batch, its projections on every node")
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    batch = generate_batches(SIZES["small"], device="cuda", count=1)[0]
-    edge_index, n = batch.edge_index, batch.num_nodes
-    graph = Graph.from_edge_index(edge_index, n)
-    looped = graph.with_remaining_self_loops()
-    values = normalize.normalized_values(looped, None, "gcn", torch.float32).values
-    x = torch.randn(n, 64, device="cuda")
-    small = torch.zeros(8, device="cuda")
-    x0, out0 = x[:, :0], torch.empty(n, 0, device="cuda")
-    out64 = torch.empty_like(x)
-    if args.layers:
-        for name, fn in layer_rows(edge_index, x).items():
-            print(f"{host_us(fn):9.1f} us  {name}")
-        return
+    if args.projections and args.graph is not None:
+        edge_index, n = generate(args.graph, device="cuda")
+        edge_index = one_self_loop_per_node(edge_index, n, n)
+    else:
+        batch = generate_batches(SIZES["small"], device="cuda", count=1)[0]
+        edge_index, n = batch.edge_index, batch.num_nodes
     if args.projections:
-        if args.graph is not None:
-            edge_index, n = generate(args.graph, device="cuda")
-            edge_index = one_self_loop_per_node(edge_index, n, n)
         rows = projection_rows(edge_index, n, n if args.graph else 2048)
         print(f"{args.graph or 'small batch'}: {n} nodes; host us a call, the GPU held busy")
         for name, fn in rows.items():
             print(f"{host_us_busy(fn):9.1f} us  {name}")
         return
+    x = torch.randn(n, 64, device="cuda")
+    if args.layers:
+        for name, fn in layer_rows(edge_index, x).items():
+            print(f"{host_us(fn):9.1f} us  {name}")
+        return
+    graph = Graph.from_edge_index(edge_index, n)
+    looped = graph.with_remaining_self_loops()
+    values = normalize.normalized_values(looped, None, "gcn", torch.float32).values
+    small = torch.zeros(8, device="cuda")
+    x0, out0 = x[:, :0], torch.empty(n, 0, device="cuda")
+    out64 = torch.empty_like(x)
     rows = {
         "ctypes: pygio_abi_version": _native.library().pygio_abi_version,
         "_native.spmm_csr, width 0 (no CUDA call)": lambda: _native.spmm_csr(
