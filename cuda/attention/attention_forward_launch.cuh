@@ -59,8 +59,22 @@ int check_forward_outputs(const P& p, const char* entry) {
   return PYGIO_OK;
 }
 
+// Launches attention_rows_kernel: the rows of a forward that are no hubs.
 template <typename Family, typename Traits, typename P>
-int launch_forward(const P& p, const GatShape& shape, cudaStream_t stream) {
+int launch_rows(const P& p, const GatShape& shape, const GatHubs& hubs, cudaStream_t stream) {
+  unsigned grid = 0;
+  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                          p.device, &grid));
+  attention_rows_kernel<Family, Traits, P>
+      <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, hubs);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
+// A forward: its rows by rows(hubs) (a launch like launch_rows, for a
+// member with a rows kernel of its own), then the hub kernels.
+template <typename Family, typename Traits, typename P, typename LaunchRows>
+int launch_forward(const P& p, const GatShape& shape, cudaStream_t stream, LaunchRows rows) {
   const int64_t slots = hub_slots(p);
   GatHubs hubs{HubList{nullptr, nullptr, 0}, p.hub_degree, nullptr, nullptr};
   if (slots > 0) {
@@ -71,13 +85,9 @@ int launch_forward(const P& p, const GatShape& shape, cudaStream_t stream) {
     hubs.partial = reinterpret_cast<float*>(base + partial_offset(p));
     PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, gatv2::kAlign, stream));
   }
-  unsigned grid = 0;
-  PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                          p.device, &grid));
-  attention_rows_kernel<Family, Traits, P>
-      <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, hubs);
-  PYGIO_CHECK_CUDA(cudaGetLastError());
+  PYGIO_TRY(rows(hubs));
   if (slots == 0) return PYGIO_OK;
+  unsigned grid = 0;
   PYGIO_TRY(resident_grid(max_chunks(p) * p.heads, 1, Traits::kThreadsPerBlock, p.device,
                           &grid));  // for_each_hub_chunk's grid, the same for both forms
   attention_hub_chunks_kernel<Family, Traits, P, false>
@@ -92,6 +102,14 @@ int launch_forward(const P& p, const GatShape& shape, cudaStream_t stream) {
       <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape, hubs);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   return PYGIO_OK;
+}
+
+// A forward with attention_rows_kernel for its rows.
+template <typename Family, typename Traits, typename P>
+int launch_forward(const P& p, const GatShape& shape, cudaStream_t stream) {
+  return launch_forward<Family, Traits>(p, shape, stream, [&](const GatHubs& hubs) {
+    return launch_rows<Family, Traits>(p, shape, hubs, stream);
+  });
 }
 
 template <typename P>

@@ -1,9 +1,11 @@
 // Entry points of the GATv2 attention forward and attention weights:
-// checks, then attention_forward_launch.cuh with Gatv2Family.
+// checks, then attention_forward_launch.cuh with Gatv2Family (its rows by
+// gatv2_streamed_rows.cuh where that kernel serves the shape).
 #include "../common/device_guard.h"
 #include "attention_forward_launch.cuh"
 #include "gatv2_dispatch.cuh"
 #include "gatv2_kernel.cuh"
+#include "gatv2_streamed_rows.cuh"
 
 namespace pygio {
 namespace {
@@ -48,7 +50,15 @@ extern "C" int pygio_gatv2(const pygio_gatv2_params* params) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   PYGIO_TRY(gatv2::dispatch<gatv2::kGatv2NoEdgePieces>(
       p, plan, [&](auto traits, const GatShape& s) {
-        return attention::launch_forward<Gatv2Family, decltype(traits)>(p, s, stream);
+        using Traits = decltype(traits);
+        return attention::launch_forward<Gatv2Family, Traits>(
+            p, s, stream, [&](const GatHubs& hubs) {
+              if constexpr (Traits::kOnePiece && !Traits::kEdges) {
+                if (streams_rows<Traits>(p, s))
+                  return launch_streamed_rows<Traits>(p, s, hubs, stream);
+              }
+              return attention::launch_rows<Gatv2Family, Traits>(p, s, hubs, stream);
+            });
       }));
   return ok();
 }

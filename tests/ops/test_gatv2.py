@@ -344,6 +344,69 @@ def hubs_of_both_sides(dtype, heads, channels):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", CUDA_DTYPES)
+@pytest.mark.parametrize("heads, channels", [(2, 64), (4, 32), (4, 64)])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_cuda_streamed_rows(monkeypatch, dtype, heads, channels, index_dtype):
+    """Shapes whose forward rows are streamed where the warp's lanes cover
+    every head of an entry with one 16-byte piece each ((2, 64) and (4, 32)
+    in fp32, (4, 64) in 16-bit; gatv2_streamed_rows.cuh), with dropout,
+    out_bias and both index widths;
+    a hub list of one slot, so one hub row is registered and the others are
+    streamed with the rest; rows of many lengths across the kernel's items
+    of 8 rows, empty ones included."""
+    cut = cap_hub_lists(monkeypatch, attention, 1)
+    gen = torch.Generator().manual_seed(41)
+    edge_index = hubs_graph(900, 900, 6000, 41, ((3, 3000), (200, 700), (611, 300)),
+                            ((5, 400),), gen)
+    edge_index = edge_index[:, edge_index[1].argsort(stable=True)]  # CSR order: positions 0..E-1
+    rowptr = torch.zeros(901, dtype=torch.long)
+    rowptr[1:] = torch.bincount(edge_index[1], minlength=900).cumsum(0)
+    assert (rowptr.diff() == 0).any()
+    graph = Graph(rowptr=rowptr.to("cuda", index_dtype), col=edge_index[0].to("cuda", index_dtype),
+                  row=edge_index[1].to("cuda", index_dtype), num_src=900, num_dst=900)
+    x_l, x_r, grad = (torch.randn(900, heads, channels, generator=gen, dtype=torch.float64)
+                      for _ in range(3))
+    att = torch.randn(heads, channels, generator=gen, dtype=torch.float64)
+    bias = torch.randn(heads, channels, generator=gen, dtype=torch.float64)
+    x_l, x_r = x_l.to(dtype).double(), x_r.to(dtype).double()
+    x_l_in, x_r_in = (t.to("cuda", dtype).requires_grad_() for t in (x_l, x_r))
+    att_in, bias_in = (t.to("cuda", torch.float32).requires_grad_() for t in (att, bias))
+    # The Python Function (the hub list's size comes from attention.hub_degree).
+    out, _ = GATv2Function.apply(graph, x_l_in, x_r_in, att_in, None, SLOPE, 0.25, 9, 0.99,
+                                 None, bias_in)
+    out.backward(grad.to("cuda", dtype))
+    ref, _, ref_grads = reference_grads(edge_index, 900, x_l, x_r, att, None, grad, p=0.25,
+                                        seed=9, csr_position=torch.arange(edge_index.size(1)))
+    assert any(asked > given for asked, given in cut)  # hub rows were refused
+    assert relative_error(out.double().cpu(), ref + bias.float().double()) < 4 * TOLERANCE[dtype]
+    assert relative_error(bias_in.grad.double().cpu(), grad.to(dtype).double().sum(0)) < 1e-5
+    for name, got, want in zip(("x_l", "x_r", "att"), (x_l_in.grad, x_r_in.grad, att_in.grad),
+                               ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 8 * TOLERANCE[dtype], name
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, heads, channels, streamed", [
+    (torch.float32, 2, 64, True), (torch.bfloat16, 4, 64, True), (torch.float32, 4, 32, True),
+    (torch.float32, 4, 64, False), (torch.bfloat16, 2, 64, False), (torch.float32, 3, 7, False)])
+def test_cuda_forward_rows_kernel_choice(dtype, heads, channels, streamed):
+    """Which rows kernel a forward launches: the streamed one where the
+    warp's 32 lanes cover every head of an entry with one 16-byte piece
+    each ((2, 64) and (4, 32) fp32, (4, 64) bf16), else
+    attention_rows_kernel (two passes of heads, two entry slots, odd heads)."""
+    _, graph, x_l, x_r, att, _, _ = case(300, 300, 2000, heads, channels, seed=16,
+                                         device="cuda")
+    args = [t.to("cuda", dtype) for t in (x_l, x_r)] + [att.float().cuda()]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        attention.gatv2_attention(graph.rowptr, graph.col, *args, None, SLOPE, 0.0, 0)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert any("gatv2_streamed_rows_kernel" in n for n in names) == streamed
+    assert any("attention_rows_kernel" in n for n in names) != streamed
+
+
+@pytest.mark.cuda
 def test_cuda_many_hubs_each_chunk_to_a_warp():
     """Hub chunks on both sides many enough that each goes to a warp (the
     other hub tests take the block form)."""
