@@ -6,13 +6,17 @@ reference points (an allocation, an elementwise kernel, a device-to-host
 read), then our native entries and Python paths. With --projections:
 GATv2Conv's fused projection, its pieces and the layer's call against
 PyG's, each timed while a sleep kernel holds the GPU (so the host never
-waits for it, whatever the size: --graph takes a suite graph). A diagnosis
+waits for it, whatever the size: --graph takes a suite graph); with
+--launch-states also right after a sync of an idle GPU, after a sync that
+waited for GPU work, and after the GPU idled 1 ms (where a launch costs the
+host more). A diagnosis
 tool for launch-bound mini-batch steps; run on a GPU host from a source
 checkout (PYTHONPATH=src).
 
-    python scripts/host_costs.py [--layers | --projections [--graph arxiv-like]]
+    python scripts/host_costs.py [--layers | --projections [--graph arxiv-like] [--launch-states]]
 """
 import argparse
+import statistics
 import time
 
 import torch
@@ -133,6 +137,37 @@ def host_us_busy(fn, calls: int = 20) -> float:
     return elapsed / calls * 1e6
 
 
+def spin(seconds: float) -> None:
+    """Waits on the host without a CUDA call."""
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+#: How the GPU stands when a call starts (--launch-states): each prepares
+#: one call; "queued" is host_us_busy's (work waits behind a sleep kernel).
+LAUNCH_STATES = {
+    "idle a moment (sync)": torch.cuda.synchronize,
+    "after 1M cycles of GPU work (sync)": lambda: (torch.cuda._sleep(1_000_000),
+                                                   torch.cuda.synchronize()),
+    "idle 1 ms (sync, host spin)": lambda: (torch.cuda.synchronize(), spin(1e-3)),
+}
+
+
+def host_us_in_state(fn, prepare, calls: int = 40) -> float:
+    """Median host us of one call of ``fn``, each call made right after
+    ``prepare()`` (a LAUNCH_STATES entry)."""
+    fn()
+    times = []
+    for _ in range(calls):
+        prepare()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", action="store_true",
@@ -142,6 +177,9 @@ def main() -> None:
     parser.add_argument("--graph", default=None,
                         help="with --projections: a suite graph (one self loop a node) "
                              "instead of the small mini-batch, its projections on every node")
+    parser.add_argument("--launch-states", action="store_true",
+                        help="with --projections: each piece's host us in each state "
+                             "of the GPU at its start (LAUNCH_STATES), not only queued")
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     if args.projections and args.graph is not None:
@@ -152,9 +190,17 @@ def main() -> None:
         edge_index, n = batch.edge_index, batch.num_nodes
     if args.projections:
         rows = projection_rows(edge_index, n, n if args.graph else 2048)
-        print(f"{args.graph or 'small batch'}: {n} nodes; host us a call, the GPU held busy")
+        if not args.launch_states:
+            print(f"{args.graph or 'small batch'}: {n} nodes; host us a call, the GPU held busy")
+            for name, fn in rows.items():
+                print(f"{host_us_busy(fn):9.1f} us  {name}")
+            return
+        print(f"{args.graph or 'small batch'}: {n} nodes; host us a call (median), the GPU "
+              f"at the call's start: " + " | ".join(["queued", *LAUNCH_STATES]))
         for name, fn in rows.items():
-            print(f"{host_us_busy(fn):9.1f} us  {name}")
+            times = [host_us_busy(fn)] + [host_us_in_state(fn, prepare)
+                                          for prepare in LAUNCH_STATES.values()]
+            print(" ".join(f"{t:7.1f}" for t in times) + f"  {name}")
         return
     x = torch.randn(n, 64, device="cuda")
     if args.layers:
