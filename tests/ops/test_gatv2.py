@@ -64,6 +64,22 @@ def csr_positions(graph, num_edges):
     return position
 
 
+def graph_of_index_dtype(edge_index, num_src, num_dst, index_dtype, device="cuda"):
+    """(graph, position): the Graph of ``edge_index`` with rowptr, col and
+    row in ``index_dtype`` (int32 or int64, whatever the graph's size), and
+    the CSR position of each input edge."""
+    rows = edge_index[1].argsort(stable=True)
+    sorted_index = edge_index[:, rows]
+    rowptr = torch.zeros(num_dst + 1, dtype=torch.long)
+    rowptr[1:] = torch.bincount(sorted_index[1], minlength=num_dst).cumsum(0)
+    graph = Graph(rowptr=rowptr.to(device, index_dtype),
+                  col=sorted_index[0].to(device, index_dtype),
+                  row=sorted_index[1].to(device, index_dtype), num_src=num_src, num_dst=num_dst)
+    position = torch.empty(edge_index.size(1), dtype=torch.long)
+    position[rows] = torch.arange(edge_index.size(1))
+    return graph, position
+
+
 def run_ours(graph, x_l, x_r, att, edge_csr, grad, dtype, device, p=0.0, seed=0,
              hub_quantile=0.99):
     # Copies: in float64 on the CPU .to() would hand back the caller's tensors.
@@ -279,15 +295,7 @@ def test_cuda_matches_float64(dtype, heads, channels, edge):
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 def test_cuda_index_widths_bipartite_and_dropout(index_dtype):
     edge_index, _, x_l, x_r, att, _, grad = case(700, 300, 4000, 2, 16, seed=12, hub=2500)
-    rows = edge_index[1].argsort(stable=True)
-    sorted_index = edge_index[:, rows]
-    rowptr = torch.zeros(301, dtype=torch.long)
-    rowptr[1:] = torch.bincount(sorted_index[1], minlength=300).cumsum(0)
-    graph = Graph(rowptr=rowptr.to("cuda", index_dtype),
-                  col=sorted_index[0].to("cuda", index_dtype),
-                  row=sorted_index[1].to("cuda", index_dtype), num_src=700, num_dst=300)
-    position = torch.empty(edge_index.size(1), dtype=torch.long)
-    position[rows] = torch.arange(edge_index.size(1))
+    graph, position = graph_of_index_dtype(edge_index, 700, 300, index_dtype)
     out, lse, grads = run_ours(graph, x_l, x_r, att, None, grad, torch.float32, "cuda", p=0.3,
                                seed=1234)
     ref, _, ref_grads = reference_grads(edge_index, 300, x_l, x_r, att, None, grad, p=0.3,
@@ -351,20 +359,15 @@ def test_cuda_streamed_rows(monkeypatch, dtype, heads, channels, index_dtype):
     """Shapes whose forward rows are streamed where the warp's lanes cover
     every head of an entry with one 16-byte piece each ((2, 64) and (4, 32)
     in fp32, (4, 64) in 16-bit; gatv2_streamed_rows.cuh), with dropout,
-    out_bias and both index widths;
-    a hub list of one slot, so one hub row is registered and the others are
-    streamed with the rest; rows of many lengths across the kernel's items
-    of 8 rows, empty ones included."""
+    out_bias and both index widths; a hub list of one slot, so one hub row
+    is registered and the others are streamed with the rest; rows of many
+    lengths across the kernel's items of 8 rows, empty ones included."""
     cut = cap_hub_lists(monkeypatch, attention, 1)
     gen = torch.Generator().manual_seed(41)
     edge_index = hubs_graph(900, 900, 6000, 41, ((3, 3000), (200, 700), (611, 300)),
                             ((5, 400),), gen)
-    edge_index = edge_index[:, edge_index[1].argsort(stable=True)]  # CSR order: positions 0..E-1
-    rowptr = torch.zeros(901, dtype=torch.long)
-    rowptr[1:] = torch.bincount(edge_index[1], minlength=900).cumsum(0)
-    assert (rowptr.diff() == 0).any()
-    graph = Graph(rowptr=rowptr.to("cuda", index_dtype), col=edge_index[0].to("cuda", index_dtype),
-                  row=edge_index[1].to("cuda", index_dtype), num_src=900, num_dst=900)
+    graph, position = graph_of_index_dtype(edge_index, 900, 900, index_dtype)
+    assert (graph.rowptr.diff() == 0).any()
     x_l, x_r, grad = (torch.randn(900, heads, channels, generator=gen, dtype=torch.float64)
                       for _ in range(3))
     att = torch.randn(heads, channels, generator=gen, dtype=torch.float64)
@@ -377,7 +380,7 @@ def test_cuda_streamed_rows(monkeypatch, dtype, heads, channels, index_dtype):
                                  None, bias_in)
     out.backward(grad.to("cuda", dtype))
     ref, _, ref_grads = reference_grads(edge_index, 900, x_l, x_r, att, None, grad, p=0.25,
-                                        seed=9, csr_position=torch.arange(edge_index.size(1)))
+                                        seed=9, csr_position=position)
     assert any(asked > given for asked, given in cut)  # hub rows were refused
     assert relative_error(out.double().cpu(), ref + bias.float().double()) < 4 * TOLERANCE[dtype]
     assert relative_error(bias_in.grad.double().cpu(), grad.to(dtype).double().sum(0)) < 1e-5
