@@ -9,9 +9,8 @@ PyG's, each timed while a sleep kernel holds the GPU (so the host never
 waits for it, whatever the size: --graph takes a suite graph); with
 --launch-states also right after a sync of an idle GPU, after a sync that
 waited for GPU work, and after the GPU idled 1 ms (where a launch costs the
-host more). A diagnosis
-tool for launch-bound mini-batch steps; run on a GPU host from a source
-checkout (PYTHONPATH=src).
+host more). A diagnosis tool for launch-bound mini-batch steps; run on a
+GPU host from a source checkout (PYTHONPATH=src).
 
     python scripts/host_costs.py [--layers | --projections [--graph arxiv-like] [--launch-states]]
 """
