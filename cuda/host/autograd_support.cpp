@@ -37,4 +37,13 @@ torch::autograd::variable_list once_differentiable(torch::autograd::variable_lis
   return error->apply(std::move(grads));
 }
 
+torch::Tensor in_compute_dtype(const torch::Tensor& t, std::optional<c10::ScalarType> dtype) {
+  return dtype && t.defined() ? t.to(*dtype) : t;
+}
+
+torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType want) {
+  if (a.scalar_type() == want) return a.mm(b);
+  return torch::GradMode::is_enabled() ? a.mm(b).to(want) : at::mm(a, b, want);
+}
+
 }  // namespace pygio_host

@@ -1,5 +1,6 @@
 // What the host extension's autograd nodes share: a Python object kept in
-// a node's saved data, and Python's once_differentiable for a C++ backward.
+// a node's saved data, Python's once_differentiable for a C++ backward, and
+// the casts and products of the nodes with linear maps.
 #pragma once
 
 #include <torch/extension.h>
@@ -19,5 +20,13 @@ py::object python_object(const c10::IValue& value);
 // so that differentiating them again raises (and not silently gives zero).
 torch::autograd::variable_list once_differentiable(torch::autograd::variable_list grads,
                                                    const torch::Tensor& incoming);
+
+// t in the product's dtype where one is given (autocast's), else as it is.
+torch::Tensor in_compute_dtype(const torch::Tensor& t, std::optional<c10::ScalarType> dtype);
+
+// a b in the dtype `want` (a float32 product of 16-bit factors straight
+// from the GEMM, not rounded to 16 bits and cast; cast after the product
+// where the backward records a graph, which aten::mm.dtype does not).
+torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType want);
 
 }  // namespace pygio_host

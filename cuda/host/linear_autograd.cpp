@@ -30,6 +30,7 @@
 
 #include <torch/csrc/Exceptions.h>
 
+#include "autograd_support.h"
 #include "native_api.h"
 
 namespace pygio_host {
@@ -40,11 +41,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 Tensor stacked(at::TensorList parts) { return parts.size() == 1 ? parts[0] : at::cat(parts); }
-
-// t in the product's dtype where one is given (autocast's), else as it is.
-Tensor in_compute_dtype(const Tensor& t, std::optional<c10::ScalarType> dtype) {
-  return dtype && t.defined() ? t.to(*dtype) : t;
-}
 
 class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction> {
  public:
@@ -123,14 +119,6 @@ class FusedLinearFunction : public torch::autograd::Function<FusedLinearFunction
   }
 
  private:
-  // a b in the dtype `want` (a float32 product of 16-bit factors straight
-  // from the GEMM, not rounded to 16 bits and cast; cast after the product
-  // where the backward records a graph, which aten::mm.dtype does not).
-  static Tensor product(const Tensor& a, const Tensor& b, c10::ScalarType want) {
-    if (a.scalar_type() == want) return a.mm(b);
-    return torch::GradMode::is_enabled() ? a.mm(b).to(want) : at::mm(a, b, want);
-  }
-
   // out[first + i] = map i's rows of whole() where input first + i needs a
   // gradient (whole() computed once, only then; one map takes it as it is).
   template <typename Whole>

@@ -1,11 +1,12 @@
 // The host extension module pyg_ioaware._native_host_ext: the native
 // library's host side in C++ where Python's costs more than the kernels
-// (see spmm_autograd.h, minmax_autograd.h, attention_autograd.h,
-// linear_autograd.h, graph_build.h, spmm_launch.h, minmax_launch.h,
-// attention_launch.h).
+// (see spmm_autograd.h, aggregate_linear_autograd.h, minmax_autograd.h,
+// attention_autograd.h, linear_autograd.h, graph_build.h, spmm_launch.h,
+// minmax_launch.h, attention_launch.h).
 // Built against the torch it runs with.
 #include <torch/extension.h>
 
+#include "aggregate_linear_autograd.h"
 #include "attention_autograd.h"
 #include "attention_launch.h"
 #include "graph_build.h"
@@ -24,7 +25,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 13;
+  m.attr("HOST_API_VERSION") = 14;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -93,6 +94,12 @@ PYBIND11_MODULE(_native_host_ext, m) {
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
         py::arg("materialize_work"), py::arg("cast_grad_first_degree"),
         py::arg("deterministic"), py::arg("fallback"));
+  m.def("aggregate_linear", &aggregate_linear_autograd,
+        "(A x_src) w_agg^T + x_root w_root^T + b as one autograd node in C++",
+        py::arg("x_src"), py::arg("x_root"), py::arg("w_agg"), py::arg("w_root"),
+        py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
+        py::arg("materialize_work"), py::arg("cast_grad_first_degree"),
+        py::arg("deterministic"), py::arg("fallback"), py::arg("dtype"));
   m.def("minmax_aggregate", &minmax_autograd,
         "neighbour min / max with its backward in C++", py::arg("x"), py::arg("rowptr"),
         py::arg("col"), py::arg("reduce"), py::arg("hub_degree"), py::arg("max_hubs"),

@@ -5,9 +5,10 @@ more than the kernels take: on the small mini-batch (23k edges) the two SpMM
 layers' ``autograd.Function`` took about 0.35 ms of a 1.3 ms step on an
 H200 host, and each ctypes launch of a new graph's build 20-60 us. The
 extension module ``pyg_ioaware._native_host_ext`` holds the SpMM, min / max
-and attention Functions in C++ (``spmm``, ``minmax_aggregate``,
-``gatv2_attention``, ``transformer_attention``) and calls the native launches of a new graph
-(``EdgeStatsRead``, ``edge_index_stats``, ``grouped_graph``, ``csr_from_grouped``,
+and attention Functions in C++ (``spmm``, ``aggregate_linear``,
+``minmax_aggregate``, ``gatv2_attention``, ``transformer_attention``) and
+calls the native launches of a new graph (``EdgeStatsRead``,
+``edge_index_stats``, ``grouped_graph``, ``csr_from_grouped``,
 ``csr_add_self_loops``, ``csr_pyg_self_loops``, ``csr_transpose``,
 ``gcn_norm``, ``mean_norm``) and of the SpMM, min / max and attention
 kernels (``spmm_csr``, ``minmax``, ``minmax_backward``, ``gatv2``,
@@ -43,7 +44,7 @@ ENV_MODULE_PATH = "PYG_IOAWARE_HOST_LIB"
 MODULE_NAME = "pyg_ioaware._native_host_ext"
 #: The module's interface (cuda/host/module.cpp: HOST_API_VERSION) this
 #: loader's callers are written for.
-HOST_API_VERSION = 13
+HOST_API_VERSION = 14
 #: The native library's functions the extension calls (cuda/host/native_api.h:
 #: set_native takes each; an entry point with a workspace comes with its
 #: ``_workspace_size``).

@@ -16,6 +16,7 @@ from ..graph import Graph, NumNodes, prefetch
 from ..ops.aggregate import aggregate, aggregate_unweighted
 from ..ops.bias_gradient import add_product, apply_linear, linear, plain_linear
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
+from ..ops.spmm_functional import aggregate_linear
 from .fused_message_passing import FusedMessagePassing
 
 # No __all__ here: PyG's generated propagate module star-imports this one
@@ -23,6 +24,8 @@ from .fused_message_passing import FusedMessagePassing
 
 #: The aggregations with a fused kernel; every other one takes PyG's path.
 SAGE_FUSED_AGGRS = ("mean", "sum", "add", "min", "max")
+#: Those of them that the SpMM family computes.
+SAGE_SPMM_AGGRS = ("mean", "sum", "add")
 
 
 class SAGEConv(FusedMessagePassing):
@@ -209,13 +212,21 @@ class SAGEConv(FusedMessagePassing):
         statistics come back (``pyg_ioaware.graph.prefetch``). The root term
         carries ``lin_l``'s bias where it can (``_root_carries_bias``),
         and ``lin_l`` of the aggregation is then accumulated into it by one
-        GEMM: (W_1 x_i + b) + W_2 aggr in two products and no add kernel."""
+        GEMM: (W_1 x_i + b) + W_2 aggr in two products and no add kernel.
+        For sum and mean on CUDA the root term, the aggregation and
+        ``lin_l`` are one C++ autograd node where it applies
+        (``ops.spmm_functional.aggregate_linear``: the same values, one
+        node's backward)."""
         self.check_flow(edge_index)
         num_nodes = self._num_nodes((x, x) if isinstance(x, Tensor) else tuple(x), edge_index,
                                     size)
         prefetch(edge_index)
         pair = self._messages_from(x)
         carries_bias = self._root_carries_bias(pair)
+        if carries_bias and self.aggr in SAGE_SPMM_AGGRS:
+            out = self._aggregate_linear(pair, edge_index, num_nodes)
+            if out is not None:
+                return self._combine(out, None)
         root = (linear(pair[1], self.lin_r.weight, self.lin_l.bias) if carries_bias
                 else self._root(pair[1]))
         aggregated = self._aggregate(pair, edge_index, num_nodes)
@@ -298,6 +309,29 @@ class SAGEConv(FusedMessagePassing):
         return None
 
     @torch.jit.unused
+    def _aggregate_linear(self, pair: OptPairTensor, edge_index: Any,
+                          num_nodes: NumNodes) -> Optional[Tensor]:
+        """lin_r(x_r) + lin_l(aggr x_j) for sum / mean as one C++ autograd
+        node (``ops.spmm_functional.aggregate_linear``), or None where it
+        does not apply: 2-D CUDA features along dim 0, every edge weighing 1
+        (no ``torch.sparse`` adjacency), and what that function asks."""
+        x_j, x_r = pair
+        if (x_j is None or not x_j.is_cuda or x_j.dim() != 2 or self.fused_node_dim(x_j) != 0
+                or is_torch_sparse_tensor(edge_index)):
+            return None
+        return aggregate_linear(self._graph(edge_index, num_nodes),
+                                "sum" if self.aggr in ("sum", "add") else "mean", x_j,
+                                None if x_r is x_j else x_r, self.lin_l.weight,
+                                self.lin_r.weight, self.lin_l.bias)
+
+    @torch.jit.unused
+    def _graph(self, edge_index: Any, num_nodes: NumNodes) -> Graph:
+        """The Graph the messages flow over: edge_index's, reversed for
+        ``flow="target_to_source"``."""
+        graph = Graph.from_input(edge_index, num_nodes)
+        return graph.reversed() if self.flow == "target_to_source" else graph
+
+    @torch.jit.unused
     def _aggregate(self, x: Tuple[Tensor, Optional[Tensor]], edge_index: Any,
                    num_nodes: NumNodes) -> Tensor:
         """What PyG's ``propagate`` gives here, fused: the messages x_j come
@@ -309,9 +343,7 @@ class SAGEConv(FusedMessagePassing):
             raise ValueError(f"'{self.__class__.__name__}' sends messages from x[0], which "
                              f"is None")
         node_dim = self.fused_node_dim(x_j)
-        graph = Graph.from_input(edge_index, num_nodes)
-        if self.flow == "target_to_source":
-            graph = graph.reversed()
+        graph = self._graph(edge_index, num_nodes)
         src = x_j if node_dim == 0 else x_j.movedim(node_dim, 0)
         flat = src if src.dim() == 2 else src.reshape(src.size(0), -1)
         reduce = "sum" if self.aggr == "add" else self.aggr

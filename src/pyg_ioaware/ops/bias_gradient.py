@@ -108,8 +108,8 @@ def _through_node(out_elements: int, x: Tensor) -> bool:
             and not torch.is_autocast_enabled("cuda"))
 
 
-def _host_linear(x: Tensor, tensors: Sequence[Tensor]
-                 ) -> Optional[Tuple[ModuleType, Optional[torch.dtype]]]:
+def host_linear(x: Tensor, tensors: Sequence[Tensor]
+                ) -> Optional[Tuple[ModuleType, Optional[torch.dtype]]]:
     """(the host extension, the product's dtype) where the C++ node computes
     ``x`` times ``tensors`` (the maps' weights and biases), else None: a 2-D
     CUDA x, eager (not scripted or compiled), and outside autocast x and
@@ -140,7 +140,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     CUDA autocast the C++ node wherever it takes the inputs."""
     params = (weight,) if bias is None else (weight, bias)
     if torch.is_autocast_enabled("cuda"):
-        taken = _host_linear(x, params)
+        taken = host_linear(x, params)
         if taken is None:
             return F.linear(x, weight, bias)
         host, dtype = taken
@@ -148,7 +148,7 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     if bias is None or not _through_node(
             x.numel() // max(x.size(-1), 1) * weight.size(0), x):
         return F.linear(x, weight, bias)
-    taken = _host_linear(x, params)
+    taken = host_linear(x, params)
     if taken is not None:
         return taken[0].fused_linear(x, [weight], [bias])
     return _Linear.apply(x, weight, bias)
@@ -184,7 +184,7 @@ def fused_linear(x: Tensor, lins: Sequence[torch.nn.Module]) -> Tensor:
     C++ node, or through :func:`linear`); ``lins`` must be :func:`fusable`."""
     weights = [lin.weight for lin in lins]
     biases = [] if lins[0].bias is None else [lin.bias for lin in lins]
-    taken = _host_linear(x, [*weights, *biases])
+    taken = host_linear(x, [*weights, *biases])
     if taken is not None:  # the concatenations (and autocast's casts) inside the C++ node
         host, dtype = taken
         out = host.fused_linear(x, weights, biases, dtype=dtype)
@@ -201,7 +201,7 @@ def add_product(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:
     ``torch.addmm``, which autocast casts as it casts ``F.linear``."""
     if y.dtype == x.dtype == weight.dtype:
         return y.addmm_(x, weight.t())
-    taken = _host_linear(x, (weight,))  # its dtype: autocast's, else None
+    taken = host_linear(x, (weight,))  # its dtype: autocast's, else None
     if taken is not None and y.dtype == taken[1]:
         return taken[0].fused_linear(x, [weight], [], into=y, dtype=taken[1])
     return torch.addmm(y, x, weight.t())
