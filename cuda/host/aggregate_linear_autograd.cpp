@@ -1,33 +1,37 @@
-// An SpMM aggregation and the linear maps after it as one autograd node in
-// C++: SAGEConv's (and GraphConv's) layer, whose three nodes (the root map,
-// the SpMM, the map of the aggregation) cost a small training step more
+// An aggregation and the linear maps after it as one autograd node in C++:
+// SAGEConv's layer (and GraphConv's), whose three nodes (the root map, the
+// aggregation, the map of the aggregation) cost a small training step more
 // host time than their kernels take.
 //
 //   forward:  Y = X_r W_r^T + b           (one GEMM; X_r = X_s where no
 //                                          root features are given)
-//             Y += (A X_s) W_a^T          (the SpMM, then one GEMM
+//             Y += aggr(X_s) W_a^T        (the aggregation, then one GEMM
 //                                          accumulating in place)
-//   backward: dX_s = A^T (dY W_a)         (spmm_autograd's dX rules)
+//   backward: dX_s = aggr'(dY W_a)        (the aggregation's own dX rules)
 //                    (+ dY W_r where X_r = X_s, accumulated in place)
-//             dX_r = dY W_r,  dW_a = dY^T (A X_s),  dW_r = dY^T X_r,
+//             dX_r = dY W_r,  dW_a = dY^T aggr(X_s),  dW_r = dY^T X_r,
 //             db = column sums of dY
 //
-// Under autocast (a compute dtype given) the node makes autocast's casts
-// (X_r, A X_s, the weights and b to the 16-bit dtype), as the C++ linear
-// node does (linear_autograd.cpp), and each gradient comes out in its
-// input's dtype straight from its product. The forward gives the values
-// of the three nodes it stands for, bitwise: the same kernels in the same
-// order. A backward that records a graph (create_graph) goes to Python
-// (ops.spmm.NativeAutogradFallback.differentiable_linear_backward), which
-// differentiates the same composition of differentiable ops.
+// aggr is the SpMM family's sum / mean (SpmmOperand: A X_s, dX = A^T G) or
+// the reduction family's min / max (MinMaxOperand: dX through the saved
+// winners). Under autocast (a compute dtype given) the node makes
+// autocast's casts (X_r, aggr(X_s), the weights and b to the 16-bit
+// dtype), as the C++ linear node does (linear_autograd.cpp), and each
+// gradient comes out in its input's dtype straight from its product. The
+// forward gives the values of the three nodes it stands for, bitwise: the
+// same kernels in the same order. A backward that records a graph
+// (create_graph) goes to Python (`recompute`:
+// ops.aggregate_linear.Recompute), which differentiates the same
+// composition of differentiable ops.
 //
 // Part of the host extension module (module.cpp), called only by
-// ops.spmm_functional.aggregate_linear on inputs it has checked.
+// ops.aggregate_linear on inputs it has checked.
 #include "aggregate_linear_autograd.h"
 
 #include <torch/csrc/Exceptions.h>
 
 #include "autograd_support.h"
+#include "minmax_autograd.h"
 #include "native_api.h"
 #include "spmm_autograd.h"
 
@@ -42,17 +46,45 @@ using torch::autograd::variable_list;
 // after these).
 enum Saved : size_t {
   kXSrc, kXRoot, kWAgg, kWRoot, kBias,  // the inputs, for a backward that records a graph
-  kAggregated,                          // A X_s as its product took it, for dW_a
+  kAggregated,                          // aggr(X_s) as its product took it, for dW_a
   kRootCast, kWAggCast, kWRootCast,     // autocast's casts (undefined where none)
   kOperand
 };
 
-class AggregateLinearFunction : public torch::autograd::Function<AggregateLinearFunction> {
+// What the node asks of its aggregation's operand: forward (keeping what
+// its backward needs: six tensors appended to `saved`) and dX from the
+// aggregation's gradient (those tensors at saved[first..]).
+struct SpmmAggregation {
+  static Tensor forward(AutogradContext* ctx, const SpmmOperand& op, const Tensor& x,
+                        variable_list& saved) {
+    save_operand(ctx, op, saved);
+    return operand_forward(op, x, Tensor());
+  }
+  static Tensor grad_x(AutogradContext* ctx, const variable_list& saved, size_t first,
+                       const Tensor& grad, c10::ScalarType x_dtype) {
+    return operand_grad_x(ctx, saved, first, grad, x_dtype);
+  }
+};
+
+struct MinMaxAggregation {
+  static Tensor forward(AutogradContext* ctx, const MinMaxOperand& op, const Tensor& x,
+                        variable_list& saved) {
+    return minmax_operand_forward(ctx, op, x, saved);
+  }
+  static Tensor grad_x(AutogradContext* ctx, const variable_list& saved, size_t first,
+                       const Tensor& grad, c10::ScalarType /*x_dtype: the output's too*/) {
+    return minmax_operand_grad_x(ctx, saved, first, grad);
+  }
+};
+
+template <typename Aggregation, typename Operand>
+class AggregateLinearFunction
+    : public torch::autograd::Function<AggregateLinearFunction<Aggregation, Operand>> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x_src,
                         const c10::optional<Tensor>& x_root, const Tensor& w_agg,
-                        const Tensor& w_root, const c10::optional<Tensor>& bias,
-                        SpmmOperand op, std::optional<c10::ScalarType> dtype) {
+                        const Tensor& w_root, const c10::optional<Tensor>& bias, Operand op,
+                        const py::object& recompute, std::optional<c10::ScalarType> dtype) {
     // The casts are made here: autocast has nothing left to do below.
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const Tensor& root_input = x_root ? *x_root : x_src;
@@ -60,13 +92,16 @@ class AggregateLinearFunction : public torch::autograd::Function<AggregateLinear
     const Tensor wa = in_compute_dtype(w_agg, dtype), wr = in_compute_dtype(w_root, dtype);
     Tensor out = bias ? at::addmm(in_compute_dtype(*bias, dtype), root, wr.t())
                       : root.mm(wr.t());
-    const Tensor aggregated = in_compute_dtype(operand_forward(op, x_src, Tensor()), dtype);
+    variable_list operand_saved;
+    const Tensor raw = Aggregation::forward(ctx, op, x_src, operand_saved);
+    const Tensor aggregated = in_compute_dtype(raw, dtype);
     out.addmm_(aggregated, wa.t());
 
     ctx->saved_data["x_src_dtype"] = x_src.scalar_type();
+    ctx->saved_data["aggregated_dtype"] = raw.scalar_type();
+    ctx->saved_data["recompute"] = hold(recompute);
     ctx->saved_data["has_root"] = x_root.has_value();
     ctx->saved_data["has_bias"] = bias.has_value();
-    ctx->saved_data["dtype"] = dtype;
     const auto cast = [&](const Tensor& t, const Tensor& input) {
       return t.scalar_type() != input.scalar_type() ? t : Tensor();
     };
@@ -79,7 +114,7 @@ class AggregateLinearFunction : public torch::autograd::Function<AggregateLinear
                         w_root.requires_grad() ? cast(root, root_input) : Tensor(),
                         cast(wa, w_agg),
                         cast(wr, w_root)};
-    save_operand(ctx, op, saved);
+    saved.insert(saved.end(), operand_saved.begin(), operand_saved.end());
     ctx->save_for_backward(saved);
     return out;
   }
@@ -98,14 +133,14 @@ class AggregateLinearFunction : public torch::autograd::Function<AggregateLinear
     const bool needs_bias = has_bias && ctx->needs_input_grad(w_agg_edge + 2);
     const auto saved = ctx->get_saved_variables();
     const Tensor grad = grads[0].contiguous();
-    variable_list out(7);  // one per forward argument: the five tensors, op, dtype
+    // One gradient per forward argument: the five tensors, then none for
+    // the operand, recompute and dtype.
+    variable_list out(8);
     if (torch::GradMode::is_enabled()) {  // create_graph: a backward that records
       py::gil_scoped_acquire gil;
-      auto result = python_object(ctx->saved_data["fallback"])
-                        .attr("differentiable_linear_backward")(
-                            grad, saved[kXSrc], optional(saved[kXRoot]), saved[kWAgg],
-                            saved[kWRoot], optional(saved[kBias]),
-                            ctx->saved_data["dtype"].toOptional<c10::ScalarType>())
+      auto result = python_object(ctx->saved_data["recompute"])
+                        .attr("gradients")(grad, saved[kXSrc], optional(saved[kXRoot]),
+                                           saved[kWAgg], saved[kWRoot], optional(saved[kBias]))
                         .cast<py::tuple>();
       const bool needs[] = {needs_x_src, needs_x_root, needs_w_agg, needs_w_root, needs_bias};
       for (size_t i = 0; i < 5; ++i) {
@@ -118,10 +153,9 @@ class AggregateLinearFunction : public torch::autograd::Function<AggregateLinear
     const Tensor& wr = either(saved[kWRootCast], saved[kWRoot]);
     if (needs_x_src) {
       const auto x_dtype = ctx->saved_data["x_src_dtype"].toScalarType();
-      const auto aggregated_dtype =
-          static_cast<c10::ScalarType>(ctx->saved_data["out_dtype"].toInt());
-      Tensor grad_x = operand_grad_x(ctx, saved, kOperand, product(grad, wa, aggregated_dtype),
-                                     x_dtype);
+      const auto aggregated_dtype = ctx->saved_data["aggregated_dtype"].toScalarType();
+      Tensor grad_x = Aggregation::grad_x(ctx, saved, kOperand,
+                                          product(grad, wa, aggregated_dtype), x_dtype);
       if (!has_root) {  // X_r = X_s: dY W_r added to the same gradient
         if (grad.scalar_type() == x_dtype) {
           grad_x.addmm_(grad, wr);
@@ -158,15 +192,36 @@ Tensor aggregate_linear_autograd(const Tensor& x_src, const c10::optional<Tensor
                                  const py::object& a_t, int64_t num_cols,
                                  int64_t materialize_work, int64_t cast_grad_first_degree,
                                  bool deterministic, const py::object& fallback,
+                                 const py::object& recompute,
                                  std::optional<c10::ScalarType> dtype) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   TORCH_CHECK(x_src.is_cuda() && x_src.dim() == 2 && x_src.stride(1) == 1,
               "pyg_ioaware host extension: x_src must be a 2-D CUDA tensor of inner stride 1");
-  return AggregateLinearFunction::apply(
+  return AggregateLinearFunction<SpmmAggregation, SpmmOperand>::apply(
       x_src, x_root, w_agg, w_root, bias,
       spmm_operand(a, a_t, num_cols, materialize_work, cast_grad_first_degree, deterministic,
                    fallback),
-      dtype);
+      recompute, dtype);
+}
+
+Tensor minmax_linear_autograd(const Tensor& x_src, const c10::optional<Tensor>& x_root,
+                              const Tensor& w_agg, const Tensor& w_root,
+                              const c10::optional<Tensor>& bias, const Tensor& rowptr,
+                              const Tensor& col, int64_t reduce,
+                              const c10::optional<Tensor>& hub_degree, int64_t max_hubs,
+                              const c10::optional<Tensor>& backward_hub_degree,
+                              int64_t backward_max_hubs, int64_t arg_bytes,
+                              const py::object& graph, const py::object& recompute,
+                              std::optional<c10::ScalarType> dtype) {
+  torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
+  check_minmax_input(x_src);
+  // The winners are kept where a backward will need them (as ops.minmax.graph_minmax).
+  const bool keep_arg = torch::GradMode::is_enabled() && x_src.requires_grad();
+  return AggregateLinearFunction<MinMaxAggregation, MinMaxOperand>::apply(
+      x_src, x_root, w_agg, w_root, bias,
+      minmax_operand(rowptr, col, reduce, hub_degree, max_hubs, backward_hub_degree,
+                     backward_max_hubs, arg_bytes, graph, keep_arg),
+      recompute, dtype);
 }
 
 }  // namespace pygio_host

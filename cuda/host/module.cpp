@@ -99,7 +99,15 @@ PYBIND11_MODULE(_native_host_ext, m) {
         py::arg("x_src"), py::arg("x_root"), py::arg("w_agg"), py::arg("w_root"),
         py::arg("bias"), py::arg("a"), py::arg("a_t"), py::arg("num_cols"),
         py::arg("materialize_work"), py::arg("cast_grad_first_degree"),
-        py::arg("deterministic"), py::arg("fallback"), py::arg("dtype"));
+        py::arg("deterministic"), py::arg("fallback"), py::arg("recompute"),
+        py::arg("dtype"));
+  m.def("minmax_linear", &minmax_linear_autograd,
+        "min / max(x_src) w_agg^T + x_root w_root^T + b as one autograd node in C++",
+        py::arg("x_src"), py::arg("x_root"), py::arg("w_agg"), py::arg("w_root"),
+        py::arg("bias"), py::arg("rowptr"), py::arg("col"), py::arg("reduce"),
+        py::arg("hub_degree"), py::arg("max_hubs"), py::arg("backward_hub_degree"),
+        py::arg("backward_max_hubs"), py::arg("arg_bytes"), py::arg("graph"),
+        py::arg("recompute"), py::arg("dtype"));
   m.def("minmax_aggregate", &minmax_autograd,
         "neighbour min / max with its backward in C++", py::arg("x"), py::arg("rowptr"),
         py::arg("col"), py::arg("reduce"), py::arg("hub_degree"), py::arg("max_hubs"),

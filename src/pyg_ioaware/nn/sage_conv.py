@@ -14,9 +14,9 @@ from torch_geometric.utils import is_sparse, is_torch_sparse_tensor, spmm
 
 from ..graph import Graph, NumNodes, prefetch
 from ..ops.aggregate import aggregate, aggregate_unweighted
+from ..ops.aggregate_linear import aggregate_linear
 from ..ops.bias_gradient import add_product, apply_linear, linear, plain_linear
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
-from ..ops.spmm_functional import aggregate_linear
 from .fused_message_passing import FusedMessagePassing
 
 # No __all__ here: PyG's generated propagate module star-imports this one
@@ -24,8 +24,6 @@ from .fused_message_passing import FusedMessagePassing
 
 #: The aggregations with a fused kernel; every other one takes PyG's path.
 SAGE_FUSED_AGGRS = ("mean", "sum", "add", "min", "max")
-#: Those of them that the SpMM family computes.
-SAGE_SPMM_AGGRS = ("mean", "sum", "add")
 
 
 class SAGEConv(FusedMessagePassing):
@@ -213,17 +211,16 @@ class SAGEConv(FusedMessagePassing):
         carries ``lin_l``'s bias where it can (``_root_carries_bias``),
         and ``lin_l`` of the aggregation is then accumulated into it by one
         GEMM: (W_1 x_i + b) + W_2 aggr in two products and no add kernel.
-        For sum and mean on CUDA the root term, the aggregation and
-        ``lin_l`` are one C++ autograd node where it applies
-        (``ops.spmm_functional.aggregate_linear``: the same values, one
-        node's backward)."""
+        On CUDA the root term, the aggregation and ``lin_l`` are one C++
+        autograd node where it applies (``ops.aggregate_linear``: the same
+        values, one node's backward)."""
         self.check_flow(edge_index)
         num_nodes = self._num_nodes((x, x) if isinstance(x, Tensor) else tuple(x), edge_index,
                                     size)
         prefetch(edge_index)
         pair = self._messages_from(x)
         carries_bias = self._root_carries_bias(pair)
-        if carries_bias and self.aggr in SAGE_SPMM_AGGRS:
+        if carries_bias:
             out = self._aggregate_linear(pair, edge_index, num_nodes)
             if out is not None:
                 return self._combine(out, None)
@@ -311,18 +308,18 @@ class SAGEConv(FusedMessagePassing):
     @torch.jit.unused
     def _aggregate_linear(self, pair: OptPairTensor, edge_index: Any,
                           num_nodes: NumNodes) -> Optional[Tensor]:
-        """lin_r(x_r) + lin_l(aggr x_j) for sum / mean as one C++ autograd
-        node (``ops.spmm_functional.aggregate_linear``), or None where it
-        does not apply: 2-D CUDA features along dim 0, every edge weighing 1
-        (no ``torch.sparse`` adjacency), and what that function asks."""
+        """lin_r(x_r) + lin_l(aggr x_j) as one C++ autograd node
+        (``ops.aggregate_linear``), or None where it does not apply: 2-D CUDA
+        features along dim 0, every edge weighing 1 (no ``torch.sparse``
+        adjacency), and what that function asks."""
         x_j, x_r = pair
         if (x_j is None or not x_j.is_cuda or x_j.dim() != 2 or self.fused_node_dim(x_j) != 0
                 or is_torch_sparse_tensor(edge_index)):
             return None
-        return aggregate_linear(self._graph(edge_index, num_nodes),
-                                "sum" if self.aggr in ("sum", "add") else "mean", x_j,
+        reduce = "sum" if self.aggr == "add" else self.aggr
+        return aggregate_linear(self._graph(edge_index, num_nodes), reduce, x_j,
                                 None if x_r is x_j else x_r, self.lin_l.weight,
-                                self.lin_r.weight, self.lin_l.bias)
+                                self.lin_r.weight, self.lin_l.bias, self.hub_quantile)
 
     @torch.jit.unused
     def _graph(self, edge_index: Any, num_nodes: NumNodes) -> Graph:

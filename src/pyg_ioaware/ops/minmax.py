@@ -189,7 +189,7 @@ def _check_backward(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out, reduce)
 
 
 # -------------------------------------------------------------- kernels
-def _rows_readable(t: Tensor) -> Tensor:
+def rows_readable(t: Tensor) -> Tensor:
     """t, or a contiguous copy where the kernels cannot read it in place
     (inner stride not 1, or rows overlapping: an expanded tensor)."""
     if t.stride(-1) == 1 and (t.size(0) <= 1 or t.stride(0) >= t.size(1)):
@@ -208,7 +208,7 @@ def _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg,
                    arg_bytes) -> Tuple[Tensor, Tensor]:
     if not native_ready(x.device):
         return minmax_reference(rowptr, col, x, reduce, with_arg, arg_bytes)
-    x = _rows_readable(x)
+    x = rows_readable(x)
     num_rows = rowptr.numel() - 1
     out = torch.empty(num_rows, x.size(1), dtype=x.dtype, device=x.device)
     arg = x.new_empty((num_rows, x.size(1)) if with_arg else (0,), dtype=ARG_DTYPES[arg_bytes])
@@ -223,7 +223,7 @@ def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
                             reduce) -> Tensor:
     if not native_ready(x.device):
         return minmax_backward_reference(rowptr, col, x, out, arg, grad_out)
-    x, out, grad_out = _rows_readable(x), _rows_readable(out), _rows_readable(grad_out)
+    x, out, grad_out = rows_readable(x), rows_readable(out), rows_readable(grad_out)
     grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     transpose = None if rowptr_t is None else (rowptr_t, col_t)
     degree, max_hubs = hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE)
@@ -359,13 +359,13 @@ def _minmax_by_torch(graph, x: Tensor, reduce: str) -> Tensor:
     return out.to(x.dtype)
 
 
-def native_autograd_minmax(graph, x: Tensor, reduce: str,
-                           hub_quantile: float) -> Optional[Tensor]:
-    """:class:`MinMaxFunction` over ``graph`` with its autograd in C++
-    (pyg_ioaware._native_host: the same kernels, outputs and gradients
-    without the Function's Python), where that applies: eagerly on CUDA
-    with config.native_host on and the extension loaded; else None. The
-    deterministic flag is read at the backward, as the Function reads it."""
+def native_minmax_operand(graph, x: Tensor, reduce: str,
+                          hub_quantile: float) -> Optional[Tuple[object, tuple]]:
+    """(the host extension, the operand's arguments: rowptr, col, the
+    reduce code, the forward's and the backward's hub splits, the arg
+    width, the graph) where the C++ min / max autograd takes ``x`` over
+    ``graph``: eagerly on CUDA with config.native_host on and the extension
+    loaded; else None."""
     extension = _native_host.active()
     if extension is None or not x.is_cuda or torch.compiler.is_compiling():
         return None
@@ -373,9 +373,22 @@ def native_autograd_minmax(graph, x: Tensor, reduce: str,
     degree, max_hubs = hub_degree(rowptr, col.numel(), hub_quantile)
     backward_split = ((degree, max_hubs) if hub_quantile == DEFAULT_HUB_QUANTILE
                       else hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE))
-    return extension.minmax_aggregate(_rows_readable(x), rowptr, col, _native.REDUCE_CODES[reduce],
-                                      degree, max_hubs, *backward_split, arg_bytes_for(rowptr),
-                                      graph)
+    return extension, (rowptr, col, _native.REDUCE_CODES[reduce], degree, max_hubs,
+                       *backward_split, arg_bytes_for(rowptr), graph)
+
+
+def native_autograd_minmax(graph, x: Tensor, reduce: str,
+                           hub_quantile: float) -> Optional[Tensor]:
+    """:class:`MinMaxFunction` over ``graph`` with its autograd in C++
+    (pyg_ioaware._native_host: the same kernels, outputs and gradients
+    without the Function's Python), where :func:`native_minmax_operand`
+    applies; else None. The deterministic flag is read at the backward, as
+    the Function reads it."""
+    taken = native_minmax_operand(graph, x, reduce, hub_quantile)
+    if taken is None:
+        return None
+    extension, operand = taken
+    return extension.minmax_aggregate(rows_readable(x), *operand)
 
 
 def graph_minmax(graph, x: Tensor, reduce: str,

@@ -285,37 +285,6 @@ class NativeAutogradFallback:
                                     graph.num_src, None, None, mixed)
         return grad_x, column_sums(grad_out)
 
-    def differentiable_linear_backward(self, grad_out: Tensor, x_src: Tensor,
-                                       x_root: Optional[Tensor], w_agg: Tensor, w_root: Tensor,
-                                       bias: Optional[Tensor],
-                                       dtype: Optional[torch.dtype]) -> tuple:
-        """(dX_s, dX_r, dW_a, dW_r, db) of the C++ aggregation-and-maps node
-        (cuda/host/aggregate_linear_autograd.cpp), recorded for a double
-        backward: its forward Y = (A X_s) W_a^T + X_r W_r^T + b (X_r = X_s
-        where ``x_root`` is None; the factors cast to ``dtype`` where given,
-        as autocast casts them) recomputed from differentiable ops over the
-        CSR^T and differentiated with create_graph. An input that needs no
-        gradient (or is None) gets None."""
-        def cast(t: Optional[Tensor]) -> Optional[Tensor]:
-            return t if t is None or dtype is None else t.to(dtype)
-
-        graph, t = self.graph, self.graph.transpose
-        values = self.edge_values.values
-        inputs = (x_src, x_root, w_agg, w_root, bias)
-        wanted = [v for v in inputs if v is not None and v.requires_grad]
-        with torch.enable_grad():
-            aggregated = SpmmFunction.apply(
-                graph.rowptr, graph.col, values, t.rowptr, t.col, self.edge_values.values_t,
-                x_src, False, graph.num_dst, None, None,
-                None if values.dtype == x_src.dtype else values.dtype)
-            root = x_src if x_root is None else x_root
-            out = (torch.nn.functional.linear(cast(root), cast(w_root), cast(bias))
-                   + torch.nn.functional.linear(cast(aggregated), cast(w_agg)))
-            grads = iter(torch.autograd.grad(out, wanted, grad_out, create_graph=True,
-                                             materialize_grads=True))
-        return tuple(next(grads) if v is not None and v.requires_grad else None
-                     for v in inputs)
-
 
 def _transpose_args(graph, edge_values) -> tuple:
     """(rowptr_t, col_t, values_t, degree bound) of the graph's CSR^T, as the
@@ -359,19 +328,9 @@ class NativeSpmmCall:
     def __call__(self, graph, x: Tensor, bias: Optional[Tensor]) -> Tensor:
         x = x if x.stride(1) == 1 else x.contiguous()
         return self.extension.spmm(x, None if bias is None else bias.contiguous(),
-                                   *self._operand(graph))
+                                   *self.operand(graph))
 
-    def linear(self, graph, x: Tensor, x_root: Optional[Tensor], w_agg: Tensor,
-               w_root: Tensor, bias: Optional[Tensor], dtype: Optional[torch.dtype]) -> Tensor:
-        """Y = (A x) w_agg^T + x_root w_root^T + bias as the C++ node
-        (cuda/host/aggregate_linear_autograd.cpp): x_root None for x itself;
-        the factors of the products cast to ``dtype`` where given
-        (autocast's)."""
-        x = x if x.stride(1) == 1 else x.contiguous()
-        return self.extension.aggregate_linear(x, x_root, w_agg, w_root, bias,
-                                               *self._operand(graph), dtype)
-
-    def _operand(self, graph) -> tuple:
+    def operand(self, graph) -> tuple:
         """A as the C++ nodes take it: (a, a_t, num_cols, materialize_work,
         cast_grad_first_degree, deterministic, fallback)."""
         fallback = NativeAutogradFallback(graph, self.edge_values, self.x_dtype)

@@ -17,7 +17,6 @@ from torch import Tensor
 from .. import config
 from ..graph import Graph, NumNodes
 from . import checks
-from .bias_gradient import host_linear
 from .normalize import normalized_values, weights_in_csr_order
 from .spmm import (HALF_DTYPES, LazyTranspose, NativeSpmmCall, SpmmFunction, mixed_call,
                    native_spmm_call, spmm_trusted)
@@ -139,40 +138,6 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     if promoting:
         return _spmm_function(graph, edge_values, x, None, backward, spmm_out) + bias
     return _spmm_function(graph, edge_values, x, bias, backward, spmm_out)
-
-
-def aggregate_linear(graph: Graph, mode: str, x_src: Tensor, x_root: Optional[Tensor],
-                     w_agg: Tensor, w_root: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
-    """Y = (A x_src) w_agg^T + x_root w_root^T + bias, A the graph's
-    unweighted ``mode`` aggregation (``"sum"``: ones, ``"mean"``: 1 / the
-    in-degree), x_root None for x_src itself: SAGEConv's layer, as one C++
-    autograd node (cuda/host/aggregate_linear_autograd.cpp) whose forward
-    gives the values of ``linear(x_root, w_root, bias)``, :func:`propagate`
-    and ``add_product`` bitwise and whose backward is one node's.
-
-    None where the node does not apply; compose those three then. It
-    applies where the C++ linear node takes x_root and the parameters
-    (ops.bias_gradient.host_linear: 2-D CUDA, eager, one float dtype or
-    autocast's), x_src is 2-D of x_root's dtype (any under autocast), and
-    the C++ SpMM autograd takes the graph (:func:`native_spmm_call`, with
-    config.spmm_backward's mode)."""
-    root = x_src if x_root is None else x_root
-    taken = host_linear(root, (w_agg, w_root) if bias is None else (w_agg, w_root, bias))
-    if taken is None or x_src.dim() != 2:
-        return None
-    dtype = taken[1]
-    if dtype is None and x_src.dtype != root.dtype:
-        return None
-    who = "aggregate_linear"
-    checks.node_features(x_src, graph.num_src, graph.device, who)
-    if root.size(0) != graph.num_dst:
-        raise ValueError(f"{who}: x_root has {root.size(0)} rows, the graph "
-                         f"{graph.num_dst} destinations")
-    call = native_spmm_call(graph, normalized_values(graph, None, mode, x_src.dtype), x_src,
-                            config.spmm_backward)
-    if call is None:
-        return None
-    return call.linear(graph, x_src, x_root, w_agg, w_root, bias, dtype)
 
 
 def _spmm_function(graph: Graph, edge_values, x: Tensor, bias: Optional[Tensor],
