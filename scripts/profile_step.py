@@ -11,22 +11,32 @@ not a benchmark (step timings against PyG come from python -m pyg_ioaware.bench)
 With --copies N it also lists, for ours, the N most frequent copy and cast
 ops of a step (autocast's casts, .to, .contiguous, cat, copy_), each with
 the Python line or the backward node that issued it.
+
+With --phases it only times each phase of the step on the host (the
+edge_index clone, our Graph build, each layer's forward, ReLU, the loss,
+backward, the optimizer step, zero_grad; time.perf_counter around each, no
+synchronisation inside a step; median us of --steps steps after a warm-up),
+ours and PyG's, and profiles nothing.
 """
 import argparse
 import collections
 import cProfile
 import io
 import pstats
+import statistics
 import time
 import traceback
 
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pyg_ioaware import Graph
 from pyg_ioaware.bench.cases import MINIBATCH_CASES, select
 from pyg_ioaware.bench.minibatch import SIZES, LEARNING_RATE, TwoLayer, generate_batches, \
     train_step
+from pyg_ioaware.bench.timing import autocast
 
 
 def run_steps(model, optimizer, batches, steps, precision, new_graph=True):
@@ -34,6 +44,45 @@ def run_steps(model, optimizer, batches, steps, precision, new_graph=True):
         batch = batches[i % len(batches)]
         edge_index = batch.edge_index.clone() if new_graph else batch.edge_index
         train_step(model, optimizer, batch, edge_index, precision)
+
+
+PHASES = ("clone", "graph", "conv1", "relu", "conv2", "loss", "backward", "step", "zero")
+
+
+def phase_times(model, optimizer, batches, steps: int, precision: str, ours: bool) -> dict:
+    """Median host us of each of PHASES over ``steps`` steps (a new graph
+    every step), after as many warm-up steps; the Graph build is timed only
+    for ``ours`` (PyG's layers build none: 0)."""
+    times = {name: [] for name in PHASES + ("total",)}
+    for i in range(2 * steps):
+        batch = batches[i % len(batches)]
+        torch.cuda.synchronize()
+        marks = [time.perf_counter()]
+        edge_index = batch.edge_index.clone()
+        marks.append(time.perf_counter())
+        if ours:
+            Graph.from_input(edge_index, batch.num_nodes)
+        marks.append(time.perf_counter())
+        with autocast(precision, batch.x.device):
+            h = model.conv1(batch.x, edge_index)
+            marks.append(time.perf_counter())
+            h = h.relu()
+            marks.append(time.perf_counter())
+            out = model.conv2(h, edge_index)
+            marks.append(time.perf_counter())
+            loss = F.cross_entropy(out[:batch.num_seeds], batch.y)
+        marks.append(time.perf_counter())
+        loss.backward()
+        marks.append(time.perf_counter())
+        optimizer.step()
+        marks.append(time.perf_counter())
+        optimizer.zero_grad(set_to_none=True)
+        marks.append(time.perf_counter())
+        if i >= steps:
+            for name, start, end in zip(PHASES, marks, marks[1:]):
+                times[name].append((end - start) * 1e6)
+            times["total"].append((marks[-1] - marks[0]) * 1e6)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -51,11 +100,27 @@ def main() -> None:
                         help="list this many copy / cast ops per step (ours) by the line issuing them")
     parser.add_argument("--profile-pyg", action="store_true",
                         help="also list PyG's layers' profile (by default only ours)")
+    parser.add_argument("--phases", action="store_true",
+                        help="only time each phase of a step on the host (no profiler)")
     args = parser.parse_args()
 
     size = SIZES[args.size]
     new_graph = not args.same_graph
     batches = generate_batches(size, device="cuda")
+    if args.phases:
+        print(f"host us a phase (median of {args.steps} steps), {args.size} batch, "
+              f"{args.precision}, a new graph every step")
+        print(f"{'case':34} {'impl':5} " + " ".join(f"{name:>8}" for name in PHASES + ("total",)))
+        for case in select(args.cases, MINIBATCH_CASES):
+            for impl, make in (("ours", case.make_ours), ("pyg", case.make_pyg)):
+                torch.manual_seed(0)
+                model = TwoLayer(make, size.channels).cuda()
+                optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
+                times = phase_times(model, optimizer, batches, args.steps, args.precision,
+                                    impl == "ours")
+                print(f"{case.name:34} {impl:5} " + " ".join(f"{times[name]:8.1f}"
+                                                           for name in PHASES + ("total",)))
+        return
     variants = []
     for case in select(args.cases, MINIBATCH_CASES):
         for impl, make in (("ours", case.make_ours), ("pyg", case.make_pyg)):

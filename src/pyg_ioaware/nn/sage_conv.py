@@ -56,8 +56,11 @@ class SAGEConv(FusedMessagePassing):
     gradient is split evenly among the tied entries). No per-edge
     feature tensor is ever built. Every edge weighs 1 (a SparseTensor's
     values are ignored, as in PyG), except that a ``torch.sparse``
-    adjacency's values weigh sum and mean, as PyG's ``spmm`` does. The
-    linear maps, ReLU and ``F.normalize`` are plain torch.
+    adjacency's values weigh sum and mean, as PyG's ``spmm`` does. On CUDA
+    the root map, the aggregation and ``lin_l`` are one autograd node in C++
+    (``ops.aggregate_linear``: their values, one node's backward, which a
+    small mini-batch step's host time needs); ReLU and ``F.normalize`` are
+    plain torch.
 
     **What takes PyG's path** (PyG's own ``forward`` and
     :meth:`MessagePassing.propagate`): every other ``aggr`` (``"lstm"``,
