@@ -61,8 +61,10 @@ constexpr int64_t kStreamMaxMeanEntries = 32;
 // slot), short rows on average.
 template <typename Traits, typename P>
 inline bool streams_rows(const P& p, const GatShape& s) {
-  return Traits::kOnePiece && !Traits::kEdges && s.layout.shift + s.head_shift == kWarpShift &&
-         s.passes() == 1 && s.layout.shift >= kStreamMinHeadShift &&
+  static_assert(Traits::kOnePiece && !Traits::kEdges,
+                "only traits of one piece a lane and no edge path stream their rows");
+  return s.layout.shift + s.head_shift == kWarpShift && s.passes() == 1 &&
+         s.layout.shift >= kStreamMinHeadShift &&
          p.a.nnz <= kStreamMaxMeanEntries * p.a.num_rows;
 }
 
@@ -75,6 +77,11 @@ __device__ __forceinline__ float head_lanes_sum(float v) {
   for (int offset = (1 << kHeadShift) / 2; offset > 0; offset >>= 1)
     v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
+}
+
+// The items of kStreamRowsPerItem consecutive rows that num_rows make.
+__host__ __device__ __forceinline__ int64_t stream_items(int64_t num_rows) {
+  return (num_rows + kStreamRowsPerItem - 1) / kStreamRowsPerItem;
 }
 
 // A slot counter of a ring of `size`: the next slot.
@@ -91,16 +98,15 @@ struct StreamCursor {
   index_t pos, end;
 };
 
-// out and lse of the rows that are no hubs, items of rows_per_item
+// out and lse of the rows that are no hubs, items of kStreamRowsPerItem
 // consecutive rows a warp (grid-stride); 2^kHeadShift lanes a head. At
-// most 64 registers (4 blocks an SM; fp32 spills 40 bytes): H200, (2, 64)
+// most 64 registers (4 blocks an SM; fp32 spills 36 bytes): H200, (2, 64)
 // fp32 forward, ms, against ptxas's 79 registers (3 blocks): arxiv-like
 // 0.40 / 0.42, pokec-like 6.07 / 5.85, web-like 3.37 / 3.27, roads-like
 // 0.12 / 0.12 (attention_rows_kernel: 0.41, 6.33, 3.98, 0.14).
 template <typename Traits, int kHeadShift, typename P>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
-    gatv2_streamed_rows_kernel(const __grid_constant__ P p, GatShape s, GatHubs hubs,
-                               int rows_per_item) {
+    gatv2_streamed_rows_kernel(const __grid_constant__ P p, GatShape s, GatHubs hubs) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
   using Piece = Pack<scalar_t, Traits::kVec>;
@@ -121,12 +127,13 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
   float att[E];
   load_att<Traits>(p.att + head.h * s.channels, s, lane, att);
   const int64_t threshold = gat_hub_threshold(hubs.degree, hubs.list.capacity);
-  const int64_t items = (p.a.num_rows + rows_per_item - 1) / rows_per_item;
+  const int64_t items = stream_items(p.a.num_rows);
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + warp;
        item < items; item += static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock) {
-    const int64_t first_row = item * rows_per_item;
-    const int rows = static_cast<int>(
-        p.a.num_rows - first_row < rows_per_item ? p.a.num_rows - first_row : rows_per_item);
+    const int64_t first_row = item * kStreamRowsPerItem;
+    const int rows = static_cast<int>(p.a.num_rows - first_row < kStreamRowsPerItem
+                                          ? p.a.num_rows - first_row
+                                          : kStreamRowsPerItem);
     // Lane k holds rowptr[first_row + k], k <= rows.
     const index_t extent = lane <= rows ? rowptr[first_row + lane] : index_t{0};
     const auto row_begin = [&](int k) { return __shfl_sync(0xffffffffu, extent, k); };
@@ -246,12 +253,10 @@ int launch_streamed_rows(const P& p, const GatShape& s, const GatHubs& hubs,
                                             : gatv2_streamed_rows_kernel<Traits, 5, P>;
   constexpr size_t shared = kStreamWarpBytes * Traits::kWarpsPerBlock;
   static_assert(shared <= 48 * 1024, "the default dynamic shared memory limit");
-  const int rows_per_item = kStreamRowsPerItem;
-  const int64_t items = (p.a.num_rows + rows_per_item - 1) / rows_per_item;
   unsigned grid = 0;
-  PYGIO_TRY(resident_grid(kernel, items, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                          p.device, &grid, shared));
-  kernel<<<grid, Traits::kThreadsPerBlock, shared, stream>>>(p, s, hubs, rows_per_item);
+  PYGIO_TRY(resident_grid(kernel, stream_items(p.a.num_rows), Traits::kWarpsPerBlock,
+                          Traits::kThreadsPerBlock, p.device, &grid, shared));
+  kernel<<<grid, Traits::kThreadsPerBlock, shared, stream>>>(p, s, hubs);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   return PYGIO_OK;
 }
