@@ -1,7 +1,7 @@
 // An aggregation and the linear maps after it as one autograd node in C++:
-// SAGEConv's layer (and GraphConv's), whose three nodes (the root map, the
-// aggregation, the map of the aggregation) cost a small training step more
-// host time than their kernels take.
+// SAGEConv's layer, whose three nodes (the root map, the aggregation, the
+// map of the aggregation) cost a small training step more host time than
+// their kernels take.
 //
 //   forward:  Y = X_r W_r^T + b           (one GEMM; X_r = X_s where no
 //                                          root features are given)
