@@ -28,7 +28,8 @@ from .bias_gradient import host_linear
 from .hubs import DEFAULT_HUB_QUANTILE
 from .minmax import MinMaxFunction, native_minmax_operand, rows_readable
 from .normalize import normalized_values
-from .spmm import SpmmFunction, native_spmm_call
+from .spmm import native_spmm_call
+from .spmm_functional import spmm_function
 
 REDUCES = ("sum", "mean", "min", "max")
 
@@ -104,13 +105,8 @@ def aggregate_linear(graph: Graph, reduce: str, x_src: Tensor, x_root: Optional[
     call = native_spmm_call(graph, edge_values, x_src, config.spmm_backward)
     if call is None:
         return None
-
-    def aggregate(x: Tensor) -> Tensor:  # over the CSR^T, differentiable again
-        t = graph.transpose
-        return SpmmFunction.apply(graph.rowptr, graph.col, edge_values.values, t.rowptr, t.col,
-                                  edge_values.values_t, x, False, graph.num_dst)
-
+    recompute = Recompute(
+        lambda x: spmm_function(graph, edge_values, x, None, "materialized", None), dtype)
     x_src = x_src if x_src.stride(1) == 1 else x_src.contiguous()
     return call.extension.aggregate_linear(x_src, x_root, w_agg, w_root, bias,
-                                           *call.operand(graph), Recompute(aggregate, dtype),
-                                           dtype)
+                                           *call.operand(graph), recompute, dtype)

@@ -136,15 +136,15 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
             record(call)
         return call(graph, x, bias)
     if promoting:
-        return _spmm_function(graph, edge_values, x, None, backward, spmm_out) + bias
-    return _spmm_function(graph, edge_values, x, bias, backward, spmm_out)
+        return spmm_function(graph, edge_values, x, None, backward, spmm_out) + bias
+    return spmm_function(graph, edge_values, x, bias, backward, spmm_out)
 
 
-def _spmm_function(graph: Graph, edge_values, x: Tensor, bias: Optional[Tensor],
-                   backward: str, out_dtype: Optional[torch.dtype]) -> Tensor:
+def spmm_function(graph: Graph, edge_values, x: Tensor, bias: Optional[Tensor],
+                  backward: str, out_dtype: Optional[torch.dtype]) -> Tensor:
     """SpmmFunction over the graph with config.spmm_backward's ``backward``
-    mode (as :func:`propagate` resolved it), its output in ``out_dtype``
-    (None: x's)."""
+    mode (as :func:`propagate` resolved it; ``"materialized"``: over the
+    CSR^T, differentiable again), its output in ``out_dtype`` (None: x's)."""
     a = (graph.rowptr, graph.col, edge_values.values)
     if backward == "materialized":
         t = graph.transpose
