@@ -319,10 +319,14 @@ class SAGEConv(FusedMessagePassing):
         if (x_j is None or not x_j.is_cuda or x_j.dim() != 2 or self.fused_node_dim(x_j) != 0
                 or is_torch_sparse_tensor(edge_index)):
             return None
-        reduce = "sum" if self.aggr == "add" else self.aggr
-        return aggregate_linear(self._graph(edge_index, num_nodes), reduce, x_j,
+        return aggregate_linear(self._graph(edge_index, num_nodes), self._reduce(), x_j,
                                 None if x_r is x_j else x_r, self.lin_l.weight,
                                 self.lin_r.weight, self.lin_l.bias, self.hub_quantile)
+
+    @torch.jit.unused
+    def _reduce(self) -> str:
+        """The fused aggregation's reduce: ``aggr``, with ``"add"`` as ``"sum"``."""
+        return "sum" if self.aggr == "add" else self.aggr
 
     @torch.jit.unused
     def _graph(self, edge_index: Any, num_nodes: NumNodes) -> Graph:
@@ -346,11 +350,10 @@ class SAGEConv(FusedMessagePassing):
         graph = self._graph(edge_index, num_nodes)
         src = x_j if node_dim == 0 else x_j.movedim(node_dim, 0)
         flat = src if src.dim() == 2 else src.reshape(src.size(0), -1)
-        reduce = "sum" if self.aggr == "add" else self.aggr
         if is_torch_sparse_tensor(edge_index):  # its values weigh sum and mean, as in PyG
-            out = aggregate(flat, graph, reduce, size=(graph.num_src, graph.num_dst))
+            out = aggregate(flat, graph, self._reduce(), size=(graph.num_src, graph.num_dst))
         else:
-            out = aggregate_unweighted(graph, flat, reduce, self.hub_quantile)
+            out = aggregate_unweighted(graph, flat, self._reduce(), self.hub_quantile)
         if src.dim() != 2:
             out = out.view(out.size(0), *src.shape[1:])
         return out if node_dim == 0 else out.movedim(0, node_dim)
