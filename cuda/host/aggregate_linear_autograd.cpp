@@ -97,11 +97,8 @@ class AggregateLinearFunction
     const Tensor aggregated = in_compute_dtype(raw, dtype);
     out.addmm_(aggregated, wa.t());
 
-    ctx->saved_data["x_src_dtype"] = x_src.scalar_type();
     ctx->saved_data["aggregated_dtype"] = raw.scalar_type();
     ctx->saved_data["recompute"] = hold(recompute);
-    ctx->saved_data["has_root"] = x_root.has_value();
-    ctx->saved_data["has_bias"] = bias.has_value();
     const auto cast = [&](const Tensor& t, const Tensor& input) {
       return t.scalar_type() != input.scalar_type() ? t : Tensor();
     };
@@ -121,8 +118,8 @@ class AggregateLinearFunction
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const bool has_root = ctx->saved_data["has_root"].toBool();
-    const bool has_bias = ctx->saved_data["has_bias"].toBool();
+    const auto saved = ctx->get_saved_variables();
+    const bool has_root = saved[kXRoot].defined(), has_bias = saved[kBias].defined();
     // needs_input_grad counts the tensors given: x_src, x_root, w_agg,
     // w_root, bias, the optional ones only where given.
     const size_t w_agg_edge = has_root ? 2 : 1;
@@ -131,7 +128,6 @@ class AggregateLinearFunction
     const bool needs_w_agg = ctx->needs_input_grad(w_agg_edge);
     const bool needs_w_root = ctx->needs_input_grad(w_agg_edge + 1);
     const bool needs_bias = has_bias && ctx->needs_input_grad(w_agg_edge + 2);
-    const auto saved = ctx->get_saved_variables();
     const Tensor grad = grads[0].contiguous();
     // One gradient per forward argument: the five tensors, then none for
     // the operand, recompute and dtype.
@@ -152,7 +148,7 @@ class AggregateLinearFunction
     const Tensor& wa = either(saved[kWAggCast], saved[kWAgg]);
     const Tensor& wr = either(saved[kWRootCast], saved[kWRoot]);
     if (needs_x_src) {
-      const auto x_dtype = ctx->saved_data["x_src_dtype"].toScalarType();
+      const auto x_dtype = saved[kXSrc].scalar_type();
       const auto aggregated_dtype = ctx->saved_data["aggregated_dtype"].toScalarType();
       Tensor grad_x = Aggregation::grad_x(ctx, saved, kOperand,
                                           product(grad, wa, aggregated_dtype), x_dtype);
