@@ -1,7 +1,9 @@
 // GATv2's forward rows kernel where the warp's 32 lanes cover every head of
-// an entry with one 16-byte piece each, without edge attributes (e.g.
-// (2, 64) or (4, 32) fp32, (4, 64) 16-bit): the same out and lse as
-// attention_rows_kernel (attention_forward.cuh), its gathers streamed.
+// an entry with one 16-byte piece each, once (e.g. (2, 64) or (4, 32) fp32,
+// (4, 64) 16-bit) or twice, two entries at a time (entry slots: (2, 64) or
+// (1, 128) 16-bit, (2, 32) fp32), without edge attributes: the same out and
+// lse as attention_rows_kernel (attention_forward.cuh), its gathers
+// streamed.
 //
 // attention_rows_kernel gathers a few entries of one row at a time into
 // registers and waits for them before the next: on rows of a few entries
@@ -9,9 +11,10 @@
 // with 1 KB a warp in flight. Here a warp takes a few consecutive rows at
 // a time (launch_streamed_rows) and walks their entries as one stream:
 // each lane copies its piece of the entries' x_l rows (and of each new
-// row's x_r) into shared memory with cp.async, kStreamStages entries
-// ahead, across row boundaries, and reads them back when their turn
-// comes; nothing in flight holds a register.
+// row's x_r) into shared memory with cp.async, kStreamStages steps ahead
+// (a step: an entry of each slot, of one row), across row boundaries, and
+// reads them back when their turn comes; nothing in flight holds a
+// register. A row's slots take its entries in turns and merge at its end.
 //
 // Rows above the hub threshold register as in attention_rows_kernel (the
 // hub kernels do them); a row a full list refuses is streamed like any
@@ -33,15 +36,15 @@
 
 namespace pygio {
 
-// Steps (entries) in flight a warp; rows a warp takes at a time.
+// Steps in flight a warp; rows a warp takes at a time.
 constexpr int kStreamStages = 4;
 constexpr int kStreamRowsPerItem = 8;
 static_assert(kStreamRowsPerItem < kWarpSize, "an item's row extents fit in the lanes");
 
-// Each warp's shared memory: kStreamStages entries and kStreamXrSlots rows
-// of x_r, 16 bytes a lane each. A row's x_r is copied with its first entry
-// and read when that entry's step comes: at most every entry in flight
-// plus the row being read hold one.
+// Each warp's shared memory: kStreamStages steps and kStreamXrSlots rows
+// of x_r, 16 bytes a lane each. A row's x_r is copied with its first step
+// and read when that step comes: at most every step in flight plus the
+// row being read hold one.
 constexpr int kStreamXrSlots = kStreamStages + 1;
 constexpr size_t kStreamWarpBytes = (kStreamStages + kStreamXrSlots) * kWarpSize * 16;
 
@@ -55,16 +58,19 @@ constexpr int kStreamMinHeadShift = 3;
 // build 0.227).
 constexpr int64_t kStreamMaxMeanEntries = 32;
 
+// Entry slots the kernel is built for at most (as a shift): 1 or 2.
+constexpr int kStreamMaxSlotShift = 1;
+
 // Whether the streamed kernel serves a forward of these traits and shape
 // over p's graph: one 16-byte piece a lane, no edge path, the warp's 32
-// lanes spanning every head of an entry (one pass of heads, one entry
-// slot), short rows on average.
+// lanes spanning every head of an entry once or twice (one pass of heads,
+// one or two entry slots), short rows on average.
 template <typename Traits, typename P>
 inline bool streams_rows(const P& p, const GatShape& s) {
   static_assert(Traits::kOnePiece && !Traits::kEdges,
                 "only traits of one piece a lane and no edge path stream their rows");
-  return s.layout.shift + s.head_shift == kWarpShift && s.passes() == 1 &&
-         s.layout.shift >= kStreamMinHeadShift &&
+  return s.layout.shift + s.head_shift >= kWarpShift - kStreamMaxSlotShift &&
+         s.passes() == 1 && s.layout.shift >= kStreamMinHeadShift &&
          p.a.nnz <= kStreamMaxMeanEntries * p.a.num_rows;
 }
 
@@ -90,7 +96,8 @@ __device__ __forceinline__ int next_slot(int slot, int size) {
 }
 
 // Where a stream stands in an item: `row` (in the item; past its rows when
-// done) holds entries [pos, end) still to go; `x_r_slot` takes its x_r.
+// done) holds entries [pos, end) still to go, the next step's slots taking
+// pos, pos + 1, ...; `x_r_slot` takes its x_r.
 template <typename index_t>
 struct StreamCursor {
   int row;
@@ -99,12 +106,13 @@ struct StreamCursor {
 };
 
 // out and lse of the rows that are no hubs, items of kStreamRowsPerItem
-// consecutive rows a warp (grid-stride); 2^kHeadShift lanes a head. At
+// consecutive rows a warp (grid-stride); 2^kHeadShift lanes a head, kSlots
+// entry slots (lanes [k * 32 / kSlots, (k + 1) * 32 / kSlots) slot k). At
 // most 64 registers (4 blocks an SM; fp32 spills 36 bytes): H200, (2, 64)
 // fp32 forward, ms, against ptxas's 79 registers (3 blocks): arxiv-like
 // 0.40 / 0.42, pokec-like 6.07 / 5.85, web-like 3.37 / 3.27, roads-like
 // 0.12 / 0.12 (attention_rows_kernel: 0.41, 6.33, 3.98, 0.14).
-template <typename Traits, int kHeadShift, typename P>
+template <typename Traits, int kHeadShift, int kSlots, typename P>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
     gatv2_streamed_rows_kernel(const __grid_constant__ P p, GatShape s, GatHubs hubs) {
   using index_t = typename Traits::index_t;
@@ -113,6 +121,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
   constexpr int E = Traits::kElems;
   extern __shared__ uint4 stream_shared[];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int entry_slot = lane / (kWarpSize / kSlots);
   Piece* const stages = reinterpret_cast<Piece*>(stream_shared) +
                         warp * (kStreamStages + kStreamXrSlots) * kWarpSize;
   Piece* const x_r_rows = stages + kStreamStages * kWarpSize;
@@ -170,16 +179,17 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
                           x_r + (first_row + producer.row) * p.x_r_row_stride + piece_offset);
           new_row = false;
         }
-        if (producer.pos - window >= kWarpSize) {
+        if (producer.pos + (kSlots - 1) - window >= kWarpSize) {
           window = producer.pos;
           window_col = window + lane < item_end ? col[window + lane] : index_t{0};
         }
-        const index_t j =
-            __shfl_sync(0xffffffffu, window_col, static_cast<int>(producer.pos - window));
-        if (loads)
+        const index_t j = __shfl_sync(0xffffffffu, window_col,
+                                      static_cast<int>(producer.pos + entry_slot - window));
+        if (loads && producer.pos + entry_slot < producer.end)
           copy_async_16(stages + stage * kWarpSize + lane,
                         x_l + static_cast<int64_t>(j) * p.x_l_row_stride + piece_offset);
-        if (++producer.pos == producer.end) {
+        producer.pos += kSlots;
+        if (producer.pos >= producer.end) {
           ++producer.row;
           producer.x_r_slot = next_slot(producer.x_r_slot, kStreamXrSlots);
           producer_row(producer);
@@ -212,27 +222,32 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
     while (consumer.row < rows) {
       SoftmaxState<E> state;
       float xr[E];
-      for (index_t e = consumer.pos; e < consumer.end; ++e) {
+      for (index_t step = consumer.pos; step < consumer.end; step += kSlots) {
+        const index_t e = step + entry_slot;  // this slot's entry, where it is one
+        const bool real = e < consumer.end;
         wait_copies<kStreamStages - 1>();
         RawSlice<Traits> raw;
-        if (e == consumer.pos) {  // the row's x_r came with its first entry
+        if (step == consumer.pos) {  // the row's x_r came with its first step
           if (loads) raw.piece[0] = x_r_rows[consumer.x_r_slot * kWarpSize + lane];
           else raw.clear();
           raw.to_float(xr);
         }
         float xl[E], z[E];
-        if (loads) raw.piece[0] = stages[stage * kWarpSize + lane];
+        if (loads && real) raw.piece[0] = stages[stage * kWarpSize + lane];
         else raw.clear();
         raw.to_float(xl);
-        produce(stage);  // the entry is in registers: its stage takes the next
+        produce(stage);  // the step is in registers: its stage takes the next
         stage = next_slot(stage, kStreamStages);
         const float no_edge[E] = {};
         entry_z(xl, xr, false, no_edge, z);
         const float score = head_lanes_sum<kHeadShift>(score_part(z, att, p.negative_slope));
-        if (score > state.m) state.raise_max(score);
-        state.add(softmax_exp(score - state.m),
-                  dropout_factor(p.seed, static_cast<int64_t>(e), head.h, p.dropout_p), xl);
+        if (real) {
+          if (score > state.m) state.raise_max(score);
+          state.add(softmax_exp(score - state.m),
+                    dropout_factor(p.seed, static_cast<int64_t>(e), head.h, p.dropout_p), xl);
+        }
       }
+      if constexpr (kSlots > 1) state.merge_slots(s);
       if (head.active) write_row<Traits>(p, s, lane, first_row + consumer.row, head.h, state);
       ++consumer.row;
       consumer.x_r_slot = next_slot(consumer.x_r_slot, kStreamXrSlots);
@@ -248,9 +263,13 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
 template <typename Traits, typename P>
 int launch_streamed_rows(const P& p, const GatShape& s, const GatHubs& hubs,
                          cudaStream_t stream) {
-  const auto kernel = s.layout.shift == 3   ? gatv2_streamed_rows_kernel<Traits, 3, P>
-                      : s.layout.shift == 4 ? gatv2_streamed_rows_kernel<Traits, 4, P>
-                                            : gatv2_streamed_rows_kernel<Traits, 5, P>;
+  const bool two_slots = s.layout.shift + s.head_shift < kWarpShift;
+  const auto kernel =
+      two_slots ? (s.layout.shift == 3 ? gatv2_streamed_rows_kernel<Traits, 3, 2, P>
+                                       : gatv2_streamed_rows_kernel<Traits, 4, 2, P>)
+                : (s.layout.shift == 3   ? gatv2_streamed_rows_kernel<Traits, 3, 1, P>
+                   : s.layout.shift == 4 ? gatv2_streamed_rows_kernel<Traits, 4, 1, P>
+                                         : gatv2_streamed_rows_kernel<Traits, 5, 1, P>);
   constexpr size_t shared = kStreamWarpBytes * Traits::kWarpsPerBlock;
   static_assert(shared <= 48 * 1024, "the default dynamic shared memory limit");
   unsigned grid = 0;
