@@ -1,7 +1,7 @@
 // GATv2's forward rows kernel where the warp's 32 lanes cover every head of
 // an entry with one 16-byte piece each, once (e.g. (2, 64) or (4, 32) fp32,
-// (4, 64) 16-bit) or twice, two entries at a time (entry slots: (2, 64) or
-// (1, 128) 16-bit, (2, 32) fp32), without edge attributes: the same out and
+// (4, 64) 16-bit) or, in 16-bit, twice, two entries at a time (entry
+// slots: (2, 64) or (1, 128)), without edge attributes: the same out and
 // lse as attention_rows_kernel (attention_forward.cuh), its gathers
 // streamed.
 //
@@ -58,19 +58,22 @@ constexpr int kStreamMinHeadShift = 3;
 // build 0.227).
 constexpr int64_t kStreamMaxMeanEntries = 32;
 
-// Entry slots the kernel is built for at most (as a shift): 1 or 2.
-constexpr int kStreamMaxSlotShift = 1;
-
 // Whether the streamed kernel serves a forward of these traits and shape
 // over p's graph: one 16-byte piece a lane, no edge path, the warp's 32
-// lanes spanning every head of an entry once or twice (one pass of heads,
-// one or two entry slots), short rows on average.
+// lanes spanning every head of an entry once (one entry slot) or, in
+// 16-bit, twice (two slots), in one pass of heads; short rows on average.
+// Two slots gained in 16-bit (H200, bf16 (2, 64) forward ms,
+// attention_rows_kernel's two slots -> streamed: arxiv-like 0.385 ->
+// 0.362, pokec-like 5.24 -> 4.91, web-like 4.09 -> 3.38, roads-like 0.163
+// -> 0.142), not in fp32 ((2, 32): pokec-like 3.42 -> 3.61, web-like 2.86
+// -> 2.47, roads-like 0.115 -> 0.106, arxiv-like 0.263 -> 0.264).
 template <typename Traits, typename P>
 inline bool streams_rows(const P& p, const GatShape& s) {
   static_assert(Traits::kOnePiece && !Traits::kEdges,
                 "only traits of one piece a lane and no edge path stream their rows");
-  return s.layout.shift + s.head_shift >= kWarpShift - kStreamMaxSlotShift &&
-         s.passes() == 1 && s.layout.shift >= kStreamMinHeadShift &&
+  constexpr int kMaxSlotShift = sizeof(typename Traits::scalar_t) == 2 ? 1 : 0;
+  return s.layout.shift + s.head_shift >= kWarpShift - kMaxSlotShift && s.passes() == 1 &&
+         s.layout.shift >= kStreamMinHeadShift &&
          p.a.nnz <= kStreamMaxMeanEntries * p.a.num_rows;
 }
 
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
   constexpr int E = Traits::kElems;
   extern __shared__ uint4 stream_shared[];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  const int entry_slot = lane / (kWarpSize / kSlots);
+  const int entry_slot = kSlots == 1 ? 0 : lane / (kWarpSize / kSlots);
   Piece* const stages = reinterpret_cast<Piece*>(stream_shared) +
                         warp * (kStreamStages + kStreamXrSlots) * kWarpSize;
   Piece* const x_r_rows = stages + kStreamStages * kWarpSize;
@@ -185,11 +188,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
         }
         const index_t j = __shfl_sync(0xffffffffu, window_col,
                                       static_cast<int>(producer.pos + entry_slot - window));
-        if (loads && producer.pos + entry_slot < producer.end)
+        if (loads && (kSlots == 1 || producer.pos + entry_slot < producer.end))
           copy_async_16(stages + stage * kWarpSize + lane,
                         x_l + static_cast<int64_t>(j) * p.x_l_row_stride + piece_offset);
-        producer.pos += kSlots;
-        if (producer.pos >= producer.end) {
+        producer.pos += kSlots;  // past the end by one after an odd row's last step
+        if (kSlots == 1 ? producer.pos == producer.end : producer.pos >= producer.end) {
           ++producer.row;
           producer.x_r_slot = next_slot(producer.x_r_slot, kStreamXrSlots);
           producer_row(producer);
@@ -224,7 +227,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
       float xr[E];
       for (index_t step = consumer.pos; step < consumer.end; step += kSlots) {
         const index_t e = step + entry_slot;  // this slot's entry, where it is one
-        const bool real = e < consumer.end;
+        const bool real = kSlots == 1 || e < consumer.end;
         wait_copies<kStreamStages - 1>();
         RawSlice<Traits> raw;
         if (step == consumer.pos) {  // the row's x_r came with its first step
@@ -263,13 +266,14 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
 template <typename Traits, typename P>
 int launch_streamed_rows(const P& p, const GatShape& s, const GatHubs& hubs,
                          cudaStream_t stream) {
-  const bool two_slots = s.layout.shift + s.head_shift < kWarpShift;
-  const auto kernel =
-      two_slots ? (s.layout.shift == 3 ? gatv2_streamed_rows_kernel<Traits, 3, 2, P>
-                                       : gatv2_streamed_rows_kernel<Traits, 4, 2, P>)
-                : (s.layout.shift == 3   ? gatv2_streamed_rows_kernel<Traits, 3, 1, P>
-                   : s.layout.shift == 4 ? gatv2_streamed_rows_kernel<Traits, 4, 1, P>
-                                         : gatv2_streamed_rows_kernel<Traits, 5, 1, P>);
+  auto kernel = s.layout.shift == 3   ? gatv2_streamed_rows_kernel<Traits, 3, 1, P>
+                : s.layout.shift == 4 ? gatv2_streamed_rows_kernel<Traits, 4, 1, P>
+                                      : gatv2_streamed_rows_kernel<Traits, 5, 1, P>;
+  if constexpr (sizeof(typename Traits::scalar_t) == 2) {
+    if (s.layout.shift + s.head_shift < kWarpShift)  // two entry slots
+      kernel = s.layout.shift == 3 ? gatv2_streamed_rows_kernel<Traits, 3, 2, P>
+                                   : gatv2_streamed_rows_kernel<Traits, 4, 2, P>;
+  }
   constexpr size_t shared = kStreamWarpBytes * Traits::kWarpsPerBlock;
   static_assert(shared <= 48 * 1024, "the default dynamic shared memory limit");
   unsigned grid = 0;
