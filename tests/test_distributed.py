@@ -75,6 +75,7 @@ def rank_worker(rank, device_kind, data, batches, layers, out_dir):
             ddp = DistributedDataParallel(make_model(layer, data, device),
                                           device_ids=[rank] if device.type == "cuda" else None)
             results[layer] = train(ddp, data, [[b] for b in batches[rank]], device)
+            del ddp  # its reducer goes before the process group it holds, not after
         torch.save(results, pathlib.Path(out_dir) / f"rank{rank}.pt")
     finally:
         torch.distributed.destroy_process_group()
