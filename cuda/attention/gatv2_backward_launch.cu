@@ -1,11 +1,13 @@
 // Entry points of the GATv2 attention backward: checks, workspace (G per
 // node and head, the two passes' hub lists and accumulators), the
-// destination pass over a, then the source pass over a_t.
+// destination pass over a (streamed where the forward's rows are), then
+// the source pass over a_t.
 #include "../common/device_guard.h"
 #include "../common/grid.h"
 #include "attention_backward_layout.cuh"
 #include "gatv2_backward_kernel.cuh"
 #include "gatv2_dispatch.cuh"
+#include "gatv2_streamed_backward_rows.cuh"
 
 namespace pygio {
 namespace {
@@ -50,6 +52,24 @@ int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
   return PYGIO_OK;
 }
 
+// The destination pass over the rows that are no hubs: streamed where the
+// forward's rows are (streams_rows), else a warp per row.
+template <typename Traits>
+int launch_destination_rows(const pygio_gatv2_backward_params& p, const GatShape& shape,
+                            const GatGradHubs& hubs, float* g, cudaStream_t stream) {
+  if constexpr (Traits::kOnePiece && !Traits::kEdges) {
+    if (streams_rows<Traits>(p, shape))
+      return launch_streamed_backward_rows<Traits>(p, shape, hubs, g, stream);
+  }
+  unsigned grid = 0;
+  PYGIO_TRY(attention::pass_grid<Traits>(gatv2_backward_rows_kernel<Traits>, p.a.num_rows,
+                                         p.device, &grid));
+  gatv2_backward_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, shape,
+                                                                                   hubs, g);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
 template <typename Traits>
 int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
                     cudaStream_t stream) {
@@ -67,12 +87,7 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
   PYGIO_CHECK_CUDA(cudaMemsetAsync(p.grad_att, 0, att_bytes, stream));
   unsigned grid = 0;
   // Destination pass: grad_x_r and G.
-  if (p.a.num_rows > 0) {
-    PYGIO_TRY(attention::pass_grid<Traits>(gatv2_backward_rows_kernel<Traits>, p.a.num_rows,
-                                           p.device, &grid));
-    gatv2_backward_rows_kernel<Traits><<<grid, kThreads, 0, stream>>>(p, shape, hubs_a, g);
-    PYGIO_CHECK_CUDA(cudaGetLastError());
-  }
+  if (p.a.num_rows > 0) PYGIO_TRY(launch_destination_rows<Traits>(p, shape, hubs_a, g, stream));
   if (layout.slots_a > 0) {
     PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_a) * shape.passes(), 1,
                             kThreads, p.device, &grid));  // for_each_hub_chunk's grid

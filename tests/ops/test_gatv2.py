@@ -360,10 +360,12 @@ def test_cuda_streamed_rows(monkeypatch, dtype, heads, channels, index_dtype):
     every head of an entry with one 16-byte piece each, once ((2, 64), (4,
     32) and (1, 128) in fp32, (4, 64) in 16-bit) or twice, two entry slots
     ((2, 64) and (1, 128) in 16-bit; rows of odd lengths leave the second
-    slot's last step empty; gatv2_streamed_rows.cuh), with dropout,
-    out_bias and both index widths; a hub list of one slot, so one hub row
-    is registered and the others are streamed with the rest; rows of many
-    lengths across the kernel's items of 8 rows, empty ones included."""
+    slot's last step empty; gatv2_streamed_rows.cuh), and so are the
+    backward's destination rows (gatv2_streamed_backward_rows.cuh: the x_r
+    gradient), with dropout, out_bias and both index widths; a hub list of
+    one slot, so one hub row is registered and the others are streamed with
+    the rest; rows of many lengths across the kernels' items of 8 rows,
+    empty ones included."""
     cut = cap_hub_lists(monkeypatch, attention, 1)
     gen = torch.Generator().manual_seed(41)
     edge_index = hubs_graph(900, 900, 6000, 41, ((3, 3000), (200, 700), (611, 300)),
@@ -397,22 +399,27 @@ def test_cuda_streamed_rows(monkeypatch, dtype, heads, channels, index_dtype):
     (torch.bfloat16, 2, 64, True), (torch.float16, 1, 128, True), (torch.float32, 2, 32, False),
     (torch.float32, 4, 64, False), (torch.bfloat16, 4, 32, False), (torch.bfloat16, 1, 64, False),
     (torch.float32, 3, 7, False)])
-def test_cuda_forward_rows_kernel_choice(dtype, heads, channels, streamed):
-    """Which rows kernel a forward launches: the streamed one where the
-    warp's 32 lanes cover every head of an entry with one 16-byte piece
-    each, once ((2, 64) and (4, 32) fp32, (4, 64) bf16) or, in 16-bit,
-    twice ((2, 64) bf16, (1, 128) fp16), else attention_rows_kernel (two
-    entry slots in fp32, two passes of heads, four lanes a head, four entry
-    slots, odd heads)."""
+def test_cuda_rows_kernel_choice(dtype, heads, channels, streamed):
+    """Which rows kernels a forward and its backward's destination pass
+    launch: the streamed ones where the warp's 32 lanes cover every head of
+    an entry with one 16-byte piece each, once ((2, 64) and (4, 32) fp32,
+    (4, 64) bf16) or, in 16-bit, twice ((2, 64) bf16, (1, 128) fp16), else
+    attention_rows_kernel and gatv2_backward_rows_kernel (two entry slots in
+    fp32, two passes of heads, four lanes a head, four entry slots, odd
+    heads)."""
     _, graph, x_l, x_r, att, _, _ = case(300, 300, 2000, heads, channels, seed=16,
                                          device="cuda")
-    args = [t.to("cuda", dtype) for t in (x_l, x_r)] + [att.float().cuda()]
+    x_l, x_r = (t.to("cuda", dtype).requires_grad_() for t in (x_l, x_r))
+    att = att.float().cuda().requires_grad_()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        attention.gatv2_attention(graph.rowptr, graph.col, *args, None, SLOPE, 0.0, 0)
+        out, _ = GATv2Function.apply(graph, x_l, x_r, att, None, SLOPE, 0.0, 0, 0.99, None, None)
+        out.sum().backward()
         torch.cuda.synchronize()
     names = [e.name for e in prof.events()]
     assert any("gatv2_streamed_rows_kernel" in n for n in names) == streamed
     assert any("attention_rows_kernel" in n for n in names) != streamed
+    assert any("gatv2_streamed_backward_rows_kernel" in n for n in names) == streamed
+    assert any("gatv2_backward_rows_kernel" in n for n in names) != streamed
 
 
 @pytest.mark.cuda
