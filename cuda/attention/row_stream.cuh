@@ -120,12 +120,13 @@ struct StreamCursor {
 // `loads`, else it reads zeros). Besides its entries, a row brings kTables
 // slices, the lane's 16 bytes at row_slice(t, row) + piece_offset (where
 // `loads`; x_r, the backward's grad_out), and with kScalar the float at
-// row_scalar(row) (the backward's lse of the lane's head). The callables
-// read their tables from the kernel's parameters: a struct of pointers
-// and strides built from them cost the fp32 forward 12 bytes more of
-// spills and 1.5% of its time (H200, (2, 64) pokec-like). Each row walked
-// has a fresh State (default-initialized: its members' initializers; its
-// lifetime the row's walk); for each row of the item, in order:
+// row_scalar(row) (the backward's lse of the lane's head); the callables
+// read their tables from the kernel's parameters (with them, and empty
+// and hub rows passed apart, the fp32 forward took 5.90 ms on pokec-like
+// (2, 64) where a struct of the tables' pointers and strides took 6.05;
+// H200). Each row walked has a fresh State (default-initialized: its
+// members' initializers; its lifetime the row's walk); for each row of
+// the item, in order:
 //  - empty(row) for a row without entries, and hub(row) for a row above
 //    `threshold` entries that went to `list` (a row the list refuses is
 //    walked);
