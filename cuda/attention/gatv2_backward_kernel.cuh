@@ -36,23 +36,27 @@ namespace pygio {
 extern __shared__ float gat_att_shared[];
 
 // Where a block sums its grad_att terms: shared memory (heads * channels
-// floats, zeroed here) when `shared`, else grad_att itself. Every thread
-// of the block calls it.
+// floats from `offset` floats into the dynamic shared memory, zeroed here)
+// when `shared`, else grad_att itself. Every thread of the block calls it.
 __device__ __forceinline__ float* begin_att_sums(const pygio_gatv2_backward_params& p,
-                                                 const GatShape& s, bool shared) {
+                                                 const GatShape& s, bool shared,
+                                                 size_t offset = 0) {
   if (!shared) return p.grad_att;
-  for (int64_t k = threadIdx.x; k < s.width(); k += blockDim.x) gat_att_shared[k] = 0.f;
+  float* const sums = gat_att_shared + offset;
+  for (int64_t k = threadIdx.x; k < s.width(); k += blockDim.x) sums[k] = 0.f;
   __syncthreads();
-  return gat_att_shared;
+  return sums;
 }
 
 // Adds the block's shared sums to grad_att (every thread of the block calls it).
 __device__ __forceinline__ void end_att_sums(const pygio_gatv2_backward_params& p,
-                                             const GatShape& s, bool shared) {
+                                             const GatShape& s, bool shared,
+                                             size_t offset = 0) {
   if (!shared) return;
   __syncthreads();
+  const float* const sums = gat_att_shared + offset;
   for (int64_t k = threadIdx.x; k < s.width(); k += blockDim.x)
-    if (gat_att_shared[k] != 0.f) atomicAdd(p.grad_att + k, gat_att_shared[k]);
+    if (sums[k] != 0.f) atomicAdd(p.grad_att + k, sums[k]);
 }
 
 // The destination pass's sums over entries [begin, end) of `row`, head h,

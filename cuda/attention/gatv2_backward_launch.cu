@@ -1,13 +1,13 @@
 // Entry points of the GATv2 attention backward: checks, workspace (G per
 // node and head, the two passes' hub lists and accumulators), the
-// destination pass over a (streamed where the forward's rows are), then
-// the source pass over a_t.
+// destination pass over a, then the source pass over a_t (each streamed
+// where the forward's rows are and the pass's rows are short).
 #include "../common/device_guard.h"
 #include "../common/grid.h"
 #include "attention_backward_layout.cuh"
 #include "gatv2_backward_kernel.cuh"
 #include "gatv2_dispatch.cuh"
-#include "gatv2_streamed_backward_rows.cuh"
+#include "gatv2_streamed_backward.cuh"
 
 namespace pygio {
 namespace {
@@ -70,6 +70,25 @@ int launch_destination_rows(const pygio_gatv2_backward_params& p, const GatShape
   return PYGIO_OK;
 }
 
+// The source pass over the sources that are no hubs: streamed where its
+// shape and a_t's rows allow (streams_sources), else a warp per row.
+template <typename Traits>
+int launch_source_rows(const pygio_gatv2_backward_params& p, const GatShape& shape,
+                       const GatGradHubs& hubs, const float* g, bool shared_att,
+                       size_t shared_bytes, cudaStream_t stream) {
+  if constexpr (Traits::kOnePiece && !Traits::kEdges) {
+    if (streams_sources<Traits>(p, shape))
+      return launch_streamed_backward_sources<Traits>(p, shape, hubs, g, stream);
+  }
+  unsigned grid = 0;
+  PYGIO_TRY(attention::pass_grid<Traits>(gatv2_backward_sources_kernel<Traits>, p.a.num_cols,
+                                         p.device, &grid, shared_bytes));
+  gatv2_backward_sources_kernel<Traits><<<grid, Traits::kThreadsPerBlock, shared_bytes, stream>>>(
+      p, shape, hubs, g, shared_att);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
 template <typename Traits>
 int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
                     cudaStream_t stream) {
@@ -100,11 +119,7 @@ int launch_backward(const pygio_gatv2_backward_params& p, const GatShape& shape,
   }
   // Source pass: grad_x_l, grad_edge and grad_att.
   if (p.a.num_cols > 0) {
-    PYGIO_TRY(attention::pass_grid<Traits>(gatv2_backward_sources_kernel<Traits>, p.a.num_cols,
-                                           p.device, &grid, shared_bytes));
-    gatv2_backward_sources_kernel<Traits>
-        <<<grid, kThreads, shared_bytes, stream>>>(p, shape, hubs_t, g, shared_att);
-    PYGIO_CHECK_CUDA(cudaGetLastError());
+    PYGIO_TRY(launch_source_rows<Traits>(p, shape, hubs_t, g, shared_att, shared_bytes, stream));
   }
   if (layout.slots_t > 0) {
     PYGIO_TRY(resident_grid((p.a.nnz / kGatHubChunk + layout.slots_t) * shape.passes(), 1,

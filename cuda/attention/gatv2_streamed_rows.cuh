@@ -50,12 +50,12 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
   const int64_t channel = piece_channel<Traits>(s, lane, 0);
   float att[E];
   load_att<Traits>(p.att + head.h * s.channels, s, lane, att);
-  stream_rows<Traits, kSlots, kStreamStages, 1, false, Row>(
+  stream_rows<Traits, kSlots, ForwardStreamLayout, Row>(
       p.a, static_cast<const scalar_t*>(p.x_l), p.x_l_row_stride,
       [&](int, int64_t row) {
         return static_cast<const scalar_t*>(p.x_r) + row * p.x_r_row_stride;
       },
-      [](int64_t) { return static_cast<const float*>(nullptr); }, hubs.list,
+      NoStreamTable<float>(), NoStreamTable<scalar_t>(), NoStreamTable<float>(), hubs.list,
       gat_hub_threshold(hubs.degree, hubs.list.capacity),
       head.h * s.channels + (channel >= 0 ? channel : 0), head.active && channel >= 0,
       [&](int64_t row) {  // out = out_bias, lse = -inf
@@ -91,8 +91,7 @@ int launch_streamed_rows(const P& p, const GatShape& s, const GatHubs& hubs,
   const auto kernel = stream_kernel<Traits>(s, [](auto shift, auto slots) {
     return gatv2_streamed_rows_kernel<Traits, decltype(shift)::value, decltype(slots)::value, P>;
   });
-  return launch_stream<Traits, ForwardStreamLayout::kWarpBytes>(kernel, p.a, p.device, stream, p,
-                                                                s, hubs);
+  return launch_stream<Traits, ForwardStreamLayout>(kernel, p.a, 0, p.device, stream, p, s, hubs);
 }
 
 }  // namespace pygio

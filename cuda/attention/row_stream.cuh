@@ -46,14 +46,18 @@ constexpr int64_t kStreamMaxMeanEntries = 32;
 // 5.24 -> 4.91, web-like 4.09 -> 3.38, roads-like 0.163 -> 0.142), not in
 // fp32 ((2, 32): pokec-like 3.42 -> 3.61, web-like 2.86 -> 2.47,
 // roads-like 0.115 -> 0.106, arxiv-like 0.263 -> 0.264).
-template <typename Traits, typename P>
-inline bool streams_rows(const P& p, const GatShape& s) {
+template <typename Traits>
+inline bool streams_shape(const GatShape& s) {
   static_assert(Traits::kOnePiece && !Traits::kEdges,
                 "only traits of one piece a lane and no edge path stream their rows");
   constexpr int kMaxSlotShift = sizeof(typename Traits::scalar_t) == 2 ? 1 : 0;
   return s.layout.shift + s.head_shift >= kWarpShift - kMaxSlotShift && s.passes() == 1 &&
-         s.layout.shift >= kStreamMinHeadShift &&
-         p.a.nnz <= kStreamMaxMeanEntries * p.a.num_rows;
+         s.layout.shift >= kStreamMinHeadShift;
+}
+inline bool short_rows(const pygio_csr& a) { return a.nnz <= kStreamMaxMeanEntries * a.num_rows; }
+template <typename Traits, typename P>
+inline bool streams_rows(const P& p, const GatShape& s) {
+  return streams_shape<Traits>(s) && short_rows(p.a);
 }
 
 // The entry slots of a streamed shape (streams_rows holds): two where the
@@ -85,16 +89,37 @@ __host__ __device__ __forceinline__ int64_t stream_items(int64_t num_rows) {
   return (num_rows + kStreamRowsPerItem - 1) / kStreamRowsPerItem;
 }
 
-// A warp's shared memory for a stream: kStages steps of an entry piece a
-// lane, and kStages + 1 rows' slices (and scalars): a row's are copied
-// with its first step and read when that step comes, so at most every
-// step in flight plus the row being read hold one.
-template <int kStages, int kTables, bool kScalar>
+// What a stream copies and how far ahead: kStages steps in flight, each
+// entry's kEntryTables gathered slices (16 bytes a lane) and kEntryScalars
+// floats a lane, each row's kTables slices and, with kScalar, one float a
+// lane. A warp's shared memory holds kStages steps' entries and kStages +
+// 1 rows' slices and scalars: a row's are copied with its first step and
+// read when that step comes, so at most every step in flight plus the row
+// being read hold one. In order: the steps' pieces, the rows' pieces, the
+// rows' scalars, the steps' scalars.
+template <int kStages_, int kTables_, bool kScalar_, int kEntryTables_ = 1,
+          int kEntryScalars_ = 0>
 struct StreamLayout {
+  static constexpr int kStages = kStages_;
+  static constexpr int kTables = kTables_;
+  static constexpr bool kScalar = kScalar_;
+  static constexpr int kEntryTables = kEntryTables_;
+  static constexpr int kEntryScalars = kEntryScalars_;
   static constexpr int kRowSlots = kStages + 1;
   static constexpr size_t kPieceBytes = 16;
-  static constexpr size_t kWarpBytes = (kStages + kRowSlots * kTables) * kWarpSize * kPieceBytes +
-                                       (kScalar ? kRowSlots * kWarpSize * sizeof(float) : 0);
+  static constexpr size_t kWarpBytes =
+      (kStages * kEntryTables + kRowSlots * kTables) * kWarpSize * kPieceBytes +
+      ((kScalar ? kRowSlots : 0) + kStages * kEntryScalars) * kWarpSize * sizeof(float);
+};
+
+// stream_rows' callable for a table a kernel does not read (never called
+// where Layout has no such table).
+template <typename T>
+struct NoStreamTable {
+  template <typename... Args>
+  __device__ const T* operator()(Args...) const {
+    return nullptr;
+  }
 };
 
 // A slot counter of a ring of `size`: the next slot.
@@ -114,55 +139,66 @@ struct StreamCursor {
 
 // Walks the rows of a that are no hubs, items of kStreamRowsPerItem
 // consecutive rows a warp (grid-stride; every lane of the warp makes the
-// same calls, so the calls may shuffle). kSlots entry slots: lanes
-// [k * 32 / kSlots, (k + 1) * 32 / kSlots) take slot k's entries. Each lane
-// copies the 16 bytes at piece_offset of each x_l row it gathers (where
-// `loads`, else it reads zeros). Besides its entries, a row brings kTables
-// slices, the lane's 16 bytes at row_slice(t, row) + piece_offset (where
-// `loads`; x_r, the backward's grad_out), and with kScalar the float at
-// row_scalar(row) (the backward's lse of the lane's head); the callables
-// read their tables from the kernel's parameters (with them, and empty
-// and hub rows passed apart, the fp32 forward took 5.90 ms on pokec-like
-// (2, 64) where a struct of the tables' pointers and strides took 6.05;
-// H200). Each row walked has a fresh State (default-initialized: its
-// members' initializers; its lifetime the row's walk); for each row of
-// the item, in order:
+// same calls, so the calls may shuffle), as Layout says. kSlots entry
+// slots: lanes [k * 32 / kSlots, (k + 1) * 32 / kSlots) take slot k's
+// entries. For each entry j = col[e], each lane copies the 16 bytes at
+// piece_offset of row j of `gathered` (x_l; the source pass's x_r) and of
+// entry_slice(t, j) for the entry tables t >= 1 (the source pass's
+// grad_out), where `loads` (else it reads zeros), and the floats at
+// entry_scalar(k, j) (the source pass's lse and G of the lane's head).
+// Besides its entries, a row brings kTables slices, the lane's 16 bytes at
+// row_slice(t, row) + piece_offset (where `loads`; x_r, the destination
+// pass's grad_out, the source pass's x_l), and with kScalar the float at
+// row_scalar(row) (the destination pass's lse of the lane's head); the
+// callables read their tables from the kernel's parameters (with them,
+// and empty and hub rows passed apart, the fp32 forward took 5.90 ms on
+// pokec-like (2, 64) where a struct of the tables' pointers and strides
+// took 6.05; H200). Each row walked has a fresh State (default-initialized:
+// its members' initializers; its lifetime the row's walk); for each row
+// of the item, in order:
 //  - empty(row) for a row without entries, and hub(row) for a row above
 //    `threshold` entries that went to `list` (a row the list refuses is
 //    walked);
 //  - begin(state, slices, scalar) with the row's kTables slices (fp32,
 //    float[kTables][kElems]) and its scalar (0 without one);
-//  - entry(state, x_l slice, e, real) for each step of the caller's slot
-//    (the slice in fp32, widened before the next copies start: 16-bit
-//    forwards and backwards 1-2% faster than widening after), e its
-//    entry's CSR position, real false past the row's end (an odd row's
-//    last step in the second slot; the slice is zeros then);
+//  - for each step of the caller's slot, entry(state, slice, e, real)
+//    with one entry table, or entry(state, slices, scalars, e, real) with
+//    more or with scalars (the slices in fp32, float[kEntryTables][kElems],
+//    widened before the next copies start: 16-bit forwards and backwards
+//    1-2% faster than widening after; the scalars float[kEntryScalars]),
+//    e the entry's position in a, real false past the row's end (an odd
+//    row's last step in the second slot; the slices and scalars are zeros
+//    then);
 //  - end(state, row).
-// The caller's dynamic shared memory holds StreamLayout's kWarpBytes for
-// each of the block's warps.
-template <typename Traits, int kSlots, int kStages, int kTables, bool kScalar, typename State,
-          typename RowSlice, typename RowScalar, typename Empty, typename Hub, typename Begin,
-          typename Entry, typename End>
-__device__ __forceinline__ void stream_rows(const pygio_csr& a,
-                                            const typename Traits::scalar_t* __restrict__ x_l,
-                                            int64_t x_l_row_stride, RowSlice row_slice,
-                                            RowScalar row_scalar, const HubList& list,
-                                            int64_t threshold, int64_t piece_offset, bool loads,
-                                            Empty empty, Hub hub, Begin begin, Entry entry,
-                                            End end) {
+// The caller's dynamic shared memory holds Layout's kWarpBytes for each of
+// the block's warps, from its start.
+template <typename Traits, int kSlots, typename Layout, typename State, typename RowSlice,
+          typename RowScalar, typename EntrySlice, typename EntryScalar, typename Empty,
+          typename Hub, typename Begin, typename Entry, typename End>
+__device__ __forceinline__ void stream_rows(
+    const pygio_csr& a, const typename Traits::scalar_t* __restrict__ gathered,
+    int64_t gathered_row_stride, RowSlice row_slice, RowScalar row_scalar,
+    EntrySlice entry_slice, EntryScalar entry_scalar, const HubList& list, int64_t threshold,
+    int64_t piece_offset, bool loads, Empty empty, Hub hub, Begin begin, Entry entry, End end) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
   using Piece = Pack<scalar_t, Traits::kVec>;
-  using Layout = StreamLayout<kStages, kTables, kScalar>;
+  constexpr int kStages = Layout::kStages, kTables = Layout::kTables;
+  constexpr bool kScalar = Layout::kScalar;
+  constexpr int kEntryTables = Layout::kEntryTables, kEntryScalars = Layout::kEntryScalars;
+  constexpr int E = Traits::kElems;
   static_assert(sizeof(Piece) == Layout::kPieceBytes, "a lane copies one 16-byte piece");
+  static_assert(kEntryTables >= 1, "an entry gathers at least one row");
   extern __shared__ uint4 stream_shared[];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int entry_slot = kSlots == 1 ? 0 : lane / (kWarpSize / kSlots);
   char* const warp_shared = reinterpret_cast<char*>(stream_shared) + warp * Layout::kWarpBytes;
-  Piece* const stages = reinterpret_cast<Piece*>(warp_shared);
-  Piece* const row_pieces = stages + kStages * kWarpSize;  // [row slot][table][lane]
+  Piece* const stages = reinterpret_cast<Piece*>(warp_shared);  // [stage][entry table][lane]
+  Piece* const row_pieces = stages + kStages * kEntryTables * kWarpSize;  // [row slot][table][lane]
   float* const row_scalars =
       reinterpret_cast<float*>(row_pieces + Layout::kRowSlots * kTables * kWarpSize);
+  float* const entry_scalars =  // [stage][scalar][lane]
+      row_scalars + (kScalar ? Layout::kRowSlots * kWarpSize : 0);
   const auto* __restrict__ rowptr = static_cast<const index_t*>(a.rowptr);
   const auto* __restrict__ col = static_cast<const index_t*>(a.col);
   const int64_t items = stream_items(a.num_rows);
@@ -220,9 +256,21 @@ __device__ __forceinline__ void stream_rows(const pygio_csr& a,
         }
         const index_t j = __shfl_sync(0xffffffffu, window_col,
                                       static_cast<int>(producer.pos + entry_slot - window));
-        if (loads && (kSlots == 1 || producer.pos + entry_slot < producer.end))
-          copy_async_16(stages + stage * kWarpSize + lane,
-                        x_l + static_cast<int64_t>(j) * x_l_row_stride + piece_offset);
+        const bool real = kSlots == 1 || producer.pos + entry_slot < producer.end;
+        if (loads && real) {
+          copy_async_16(stages + stage * kEntryTables * kWarpSize + lane,
+                        gathered + static_cast<int64_t>(j) * gathered_row_stride + piece_offset);
+#pragma unroll
+          for (int t = 1; t < kEntryTables; ++t)
+            copy_async_16(stages + (stage * kEntryTables + t) * kWarpSize + lane,
+                          entry_slice(t, j) + piece_offset);
+        }
+        if (real) {
+#pragma unroll
+          for (int k = 0; k < kEntryScalars; ++k)
+            copy_async_4(entry_scalars + (stage * kEntryScalars + k) * kWarpSize + lane,
+                         entry_scalar(k, j));
+        }
         producer.pos += kSlots;  // past the end by one after an odd row's last step
         if (kSlots == 1 ? producer.pos == producer.end : producer.pos >= producer.end) {
           ++producer.row;
@@ -264,7 +312,7 @@ __device__ __forceinline__ void stream_rows(const pygio_csr& a,
         wait_copies<kStages - 1>();
         RawSlice<Traits> raw;
         if (step == consumer.pos) {  // the row's slices came with its first step
-          float slices[kTables][Traits::kElems];
+          float slices[kTables][E];
 #pragma unroll
           for (int t = 0; t < kTables; ++t) {
             if (loads) raw.piece[0] = row_pieces[(consumer.row_slot * kTables + t) * kWarpSize +
@@ -274,13 +322,23 @@ __device__ __forceinline__ void stream_rows(const pygio_csr& a,
           }
           begin(state, slices, kScalar ? row_scalars[consumer.row_slot * kWarpSize + lane] : 0.f);
         }
-        if (loads && real) raw.piece[0] = stages[stage * kWarpSize + lane];
-        else raw.clear();
-        float xl[Traits::kElems];
-        raw.to_float(xl);
+        float slices[kEntryTables][E];
+#pragma unroll
+        for (int t = 0; t < kEntryTables; ++t) {
+          if (loads && real) raw.piece[0] = stages[(stage * kEntryTables + t) * kWarpSize + lane];
+          else raw.clear();
+          raw.to_float(slices[t]);
+        }
+        float scalars[kEntryScalars > 0 ? kEntryScalars : 1];
+#pragma unroll
+        for (int k = 0; k < kEntryScalars; ++k)
+          scalars[k] = real ? entry_scalars[(stage * kEntryScalars + k) * kWarpSize + lane] : 0.f;
         produce(stage);  // the step is in registers: its stage takes the next
         stage = next_slot(stage, kStages);
-        entry(state, xl, static_cast<int64_t>(e), real);
+        if constexpr (kEntryTables == 1 && kEntryScalars == 0)
+          entry(state, slices[0], static_cast<int64_t>(e), real);
+        else
+          entry(state, slices, scalars, static_cast<int64_t>(e), real);
       }
       end(state, first_row + consumer.row);
       ++consumer.row;
@@ -311,14 +369,26 @@ auto stream_kernel(const GatShape& s, Select select) {
   return kernel;
 }
 
-// Launches kernel (a streamed rows kernel of Traits over a's rows, kWarpBytes
-// of StreamLayout a warp): one wave of its resident blocks, each warp taking
-// items of kStreamRowsPerItem rows in turn.
-template <typename Traits, size_t kWarpBytes, typename Kernel, typename... Args>
-int launch_stream(Kernel kernel, const pygio_csr& a, int device, cudaStream_t stream,
-                  const Args&... args) {
-  constexpr size_t shared = kWarpBytes * Traits::kWarpsPerBlock;
-  static_assert(shared <= 48 * 1024, "the default dynamic shared memory limit");
+// A block's dynamic shared memory for a stream of Layout (its warps'),
+// and whether `extra` bytes more (after it) stay within the default limit.
+template <typename Traits, typename Layout>
+constexpr size_t stream_block_bytes() {
+  return Layout::kWarpBytes * Traits::kWarpsPerBlock;
+}
+constexpr size_t kStreamSharedLimit = 48 * 1024;
+
+// Launches kernel (a streamed rows kernel of Traits over a's rows, Layout's
+// kWarpBytes a warp and `extra_shared` bytes a block after them): one wave
+// of its resident blocks, each warp taking items of kStreamRowsPerItem rows
+// in turn.
+template <typename Traits, typename Layout, typename Kernel, typename... Args>
+int launch_stream(Kernel kernel, const pygio_csr& a, size_t extra_shared, int device,
+                  cudaStream_t stream, const Args&... args) {
+  static_assert(stream_block_bytes<Traits, Layout>() <= kStreamSharedLimit,
+                "the default dynamic shared memory limit");
+  const size_t shared = stream_block_bytes<Traits, Layout>() + extra_shared;
+  PYGIO_CHECK_ARG(shared <= kStreamSharedLimit,
+                  "pyg_ioaware: a streamed kernel's shared memory exceeds 48 KB");
   unsigned grid = 0;
   PYGIO_TRY(resident_grid(kernel, stream_items(a.num_rows), Traits::kWarpsPerBlock,
                           Traits::kThreadsPerBlock, device, &grid, shared));

@@ -360,12 +360,13 @@ def test_cuda_streamed_rows(monkeypatch, dtype, heads, channels, index_dtype):
     every head of an entry with one 16-byte piece each, once ((2, 64), (4,
     32) and (1, 128) in fp32, (4, 64) in 16-bit) or twice, two entry slots
     ((2, 64) and (1, 128) in 16-bit; rows of odd lengths leave the second
-    slot's last step empty; gatv2_streamed_rows.cuh), and so are the
-    backward's destination rows (gatv2_streamed_backward_rows.cuh: the x_r
-    gradient), with dropout, out_bias and both index widths; a hub list of
-    one slot, so one hub row is registered and the others are streamed with
-    the rest; rows of many lengths across the kernels' items of 8 rows,
-    empty ones included."""
+    slot's last step empty; gatv2_streamed_rows.cuh), and so are both
+    backward passes (gatv2_streamed_backward.cuh: the destination rows give
+    the x_r gradient, the source rows the x_l and att gradients), with
+    dropout, out_bias and both index widths; a hub list of one slot, so one
+    hub row is registered and the others are streamed with the rest; rows
+    of many lengths across the kernels' items of 8 rows, empty ones
+    included."""
     cut = cap_hub_lists(monkeypatch, attention, 1)
     gen = torch.Generator().manual_seed(41)
     edge_index = hubs_graph(900, 900, 6000, 41, ((3, 3000), (200, 700), (611, 300)),
@@ -400,13 +401,13 @@ def test_cuda_streamed_rows(monkeypatch, dtype, heads, channels, index_dtype):
     (torch.float32, 4, 64, False), (torch.bfloat16, 4, 32, False), (torch.bfloat16, 1, 64, False),
     (torch.float32, 3, 7, False)])
 def test_cuda_rows_kernel_choice(dtype, heads, channels, streamed):
-    """Which rows kernels a forward and its backward's destination pass
-    launch: the streamed ones where the warp's 32 lanes cover every head of
-    an entry with one 16-byte piece each, once ((2, 64) and (4, 32) fp32,
-    (4, 64) bf16) or, in 16-bit, twice ((2, 64) bf16, (1, 128) fp16), else
-    attention_rows_kernel and gatv2_backward_rows_kernel (two entry slots in
-    fp32, two passes of heads, four lanes a head, four entry slots, odd
-    heads)."""
+    """Which rows kernels a forward and its backward's two passes launch:
+    the streamed ones where the warp's 32 lanes cover every head of an entry
+    with one 16-byte piece each, once ((2, 64) and (4, 32) fp32, (4, 64)
+    bf16) or, in 16-bit, twice ((2, 64) bf16, (1, 128) fp16), else
+    attention_rows_kernel, gatv2_backward_rows_kernel and
+    gatv2_backward_sources_kernel (two entry slots in fp32, two passes of
+    heads, four lanes a head, four entry slots, odd heads)."""
     _, graph, x_l, x_r, att, _, _ = case(300, 300, 2000, heads, channels, seed=16,
                                          device="cuda")
     x_l, x_r = (t.to("cuda", dtype).requires_grad_() for t in (x_l, x_r))
@@ -420,6 +421,38 @@ def test_cuda_rows_kernel_choice(dtype, heads, channels, streamed):
     assert any("attention_rows_kernel" in n for n in names) != streamed
     assert any("gatv2_streamed_backward_rows_kernel" in n for n in names) == streamed
     assert any("gatv2_backward_rows_kernel" in n for n in names) != streamed
+    assert any("gatv2_streamed_backward_sources_kernel" in n for n in names) == streamed
+    assert any("gatv2_backward_sources_kernel" in n for n in names) != streamed
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_streamed_destinations_beside_long_source_rows(dtype):
+    """A bipartite graph of short destination rows (about 6 entries: the
+    destination pass streams) and few long sources (200 entries on average:
+    the source pass keeps gatv2_backward_sources_kernel): both passes in one
+    backward, with dropout, give the float64 reference's gradients."""
+    edge_index = random_graph(20, 700, 4000, seed=51)
+    graph = Graph.from_edge_index(edge_index.cuda(), (20, 700))
+    gen = torch.Generator().manual_seed(52)
+    x_l, x_r, grad = (torch.randn(n, 2, 64, generator=gen, dtype=torch.float64)
+                      for n in (20, 700, 700))
+    att = torch.randn(2, 64, generator=gen, dtype=torch.float64)
+    x_l, x_r = x_l.to(dtype).double(), x_r.to(dtype).double()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out, _, grads = run_ours(graph, x_l, x_r, att, None, grad, dtype, "cuda", p=0.25,
+                                 seed=5)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert any("gatv2_streamed_backward_rows_kernel" in n for n in names)
+    assert any("gatv2_backward_sources_kernel" in n for n in names)
+    assert not any("gatv2_streamed_backward_sources_kernel" in n for n in names)
+    position = csr_positions(graph, edge_index.size(1))
+    ref, _, ref_grads = reference_grads(edge_index, 700, x_l, x_r, att, None, grad, p=0.25,
+                                        seed=5, csr_position=position)
+    assert relative_error(out.double().cpu(), ref) < 4 * TOLERANCE[dtype]
+    for name, got, want in zip(("x_l", "x_r", "att"), grads[:3], ref_grads[:3]):
+        assert relative_error(got.double().cpu(), want) < 8 * TOLERANCE[dtype], name
 
 
 @pytest.mark.cuda
