@@ -1,24 +1,24 @@
 // A warp's walk over the entries of consecutive CSR rows as one stream,
-// for GATv2's streamed rows kernels (gatv2_streamed_rows.cuh: the forward
-// and the backward's destination pass).
+// for GATv2's streamed rows kernels (gatv2_streamed_rows.cuh: the forward;
+// gatv2_streamed_backward.cuh: the backward's two passes).
 //
 // A row walk that gathers a few entries into registers and waits for them
 // before the next waits a full memory round trip every step on rows of a
 // few entries (arxiv-like's 8 on average). Here a warp takes
 // kStreamRowsPerItem consecutive rows at a time and walks their entries as
-// one stream: each lane copies its 16-byte piece of the entries' x_l rows
-// (and of each new row's own slices) into shared memory with cp.async,
+// one stream: each lane copies its 16-byte pieces of the entries' gathered
+// rows (and of each new row's own slices) into shared memory with cp.async,
 // kStages steps ahead (a step: an entry of each slot, of one row), across
 // row boundaries, and reads them back when their turn comes; nothing in
 // flight holds a register. A row's slots take its entries in turns.
 #pragma once
 
+#include <type_traits>
+
 #include "../common/async_copy.cuh"
 #include "../common/grid.h"
 #include "../common/hubs.cuh"
 #include "../common/status.h"
-#include <type_traits>
-
 #include "gatv2_traits.cuh"
 
 namespace pygio {
@@ -37,15 +37,16 @@ constexpr int kStreamMinHeadShift = 3;
 // streamed build 0.227).
 constexpr int64_t kStreamMaxMeanEntries = 32;
 
-// Whether a streamed rows kernel of these traits serves shape s over p's
-// graph: one 16-byte piece a lane, no edge path, the warp's 32 lanes
-// spanning every head of an entry once (one entry slot) or, in 16-bit,
-// twice (two slots), in one pass of heads; short rows on average. Two
-// slots gained in 16-bit (H200, bf16 (2, 64) forward ms, the rows
-// kernel's two slots -> streamed: arxiv-like 0.385 -> 0.362, pokec-like
-// 5.24 -> 4.91, web-like 4.09 -> 3.38, roads-like 0.163 -> 0.142), not in
-// fp32 ((2, 32): pokec-like 3.42 -> 3.61, web-like 2.86 -> 2.47,
-// roads-like 0.115 -> 0.106, arxiv-like 0.263 -> 0.264).
+// Whether the streamed rows kernels of these traits serve shape s: one
+// 16-byte piece a lane, no edge path, the warp's 32 lanes spanning every
+// head of an entry once (one entry slot) or, in 16-bit, twice (two
+// slots), in one pass of heads (short_rows: and the walked rows are short
+// on average; streams_rows: both, for a's rows). Two slots gained in
+// 16-bit (H200, bf16 (2, 64) forward ms, the rows kernel's two slots ->
+// streamed: arxiv-like 0.385 -> 0.362, pokec-like 5.24 -> 4.91, web-like
+// 4.09 -> 3.38, roads-like 0.163 -> 0.142), not in fp32 ((2, 32):
+// pokec-like 3.42 -> 3.61, web-like 2.86 -> 2.47, roads-like 0.115 ->
+// 0.106, arxiv-like 0.263 -> 0.264).
 template <typename Traits>
 inline bool streams_shape(const GatShape& s) {
   static_assert(Traits::kOnePiece && !Traits::kEdges,
@@ -60,7 +61,7 @@ inline bool streams_rows(const P& p, const GatShape& s) {
   return streams_shape<Traits>(s) && short_rows(p.a);
 }
 
-// The entry slots of a streamed shape (streams_rows holds): two where the
+// The entry slots of a streamed shape (streams_shape holds): two where the
 // heads of an entry span half the warp.
 __host__ __device__ inline int stream_slots(const GatShape& s) {
   return s.layout.shift + s.head_shift < kWarpShift ? 2 : 1;
@@ -349,7 +350,7 @@ __device__ __forceinline__ void stream_rows(
   }
 }
 
-// The streamed rows kernel of Traits for shape s (streams_rows holds):
+// The streamed rows kernel of Traits for shape s (streams_shape holds):
 // select(head shift, slots), both std::integral_constant, names the
 // instantiation.
 template <typename Traits, typename Select>
