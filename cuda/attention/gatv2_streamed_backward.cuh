@@ -116,6 +116,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
       });
 }
 
+// Launches gatv2_streamed_backward_rows_kernel (streams_rows must hold).
+template <typename Traits>
+int launch_streamed_backward_rows(const pygio_gatv2_backward_params& p, const GatShape& s,
+                                  const GatGradHubs& hubs, float* g, cudaStream_t stream) {
+  const auto kernel = stream_kernel<Traits>(s, [](auto shift, auto slots) {
+    return gatv2_streamed_backward_rows_kernel<Traits, decltype(shift)::value,
+                                               decltype(slots)::value>;
+  });
+  return launch_stream<Traits, DestinationStreamLayout>(kernel, p.a, 0, p.device, stream, p,
+                                                        s, hubs, g);
+}
+
 // grad_x_l of the sources (rows of a_t) that are no hubs, and the block's
 // grad_att terms (stream_rows); blocks and hubs as
 // gatv2_backward_sources_kernel's (64 registers in fp32, spilling 80
@@ -225,18 +237,6 @@ int launch_streamed_backward_sources(const pygio_gatv2_backward_params& p, const
   });
   return launch_stream<Traits, SourceStreamLayout>(kernel, p.a_t, s.width() * sizeof(float),
                                                    p.device, stream, p, s, hubs, g);
-}
-
-// Launches gatv2_streamed_backward_rows_kernel (streams_rows must hold).
-template <typename Traits>
-int launch_streamed_backward_rows(const pygio_gatv2_backward_params& p, const GatShape& s,
-                                  const GatGradHubs& hubs, float* g, cudaStream_t stream) {
-  const auto kernel = stream_kernel<Traits>(s, [](auto shift, auto slots) {
-    return gatv2_streamed_backward_rows_kernel<Traits, decltype(shift)::value,
-                                               decltype(slots)::value>;
-  });
-  return launch_stream<Traits, DestinationStreamLayout>(kernel, p.a, 0, p.device, stream, p, s,
-                                                     hubs, g);
 }
 
 }  // namespace pygio
