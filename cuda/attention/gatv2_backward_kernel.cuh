@@ -59,16 +59,76 @@ __device__ __forceinline__ void end_att_sums(const pygio_gatv2_backward_params& 
     if (sums[k] != 0.f) atomicAdd(p.grad_att + k, sums[k]);
 }
 
-// The destination pass's sums over entries [begin, end) of `row`, head h,
-// merged over the head's slots: g = sum_e f alpha dot, a = sum_e f alpha
-// dot v, b = sum_e alpha v.
+// The destination pass's sums over a row's entries (or a hub chunk's), one
+// head: g = sum_e f alpha dot, a = sum_e f alpha dot v, b = sum_e alpha v.
 template <typename Traits>
 struct DestinationSums {
-  float g;
-  float a[Traits::kElems];
-  float b[Traits::kElems];
+  static constexpr int E = Traits::kElems;
+  float g = 0.f;
+  float a[E] = {};
+  float b[E] = {};
+
+  // Adds an entry's terms: alpha recomputed, f its dropout factor, dot =
+  // <grad_out[i, h], x_l[j, h]>, z its pre-activation.
+  __device__ __forceinline__ void add(float alpha, float factor, float dot, const float (&att)[E],
+                                      const float (&z)[E], float negative_slope) {
+    const float w = factor * alpha * dot;
+    g += w;
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      const float v = att[k] * leaky_relu_grad(z[k], negative_slope);
+      a[k] += w * v;
+      b[k] += alpha * v;
+    }
+  }
+
+  // Sums the head's slots' sums (every slot gets the total).
+  __device__ __forceinline__ void merge_slots(const GatShape& s) {
+    g = sum_over_slots(g, s);
+    sum_over_slots(a, s);
+    sum_over_slots(b, s);
+  }
+
+  // grad_x_r[i, h] = A - G B.
+  __device__ __forceinline__ void grad_x_r(float (&dxr)[E]) const {
+#pragma unroll
+    for (int k = 0; k < E; ++k) dxr[k] = a[k] - g * b[k];
+  }
 };
 
+// The source pass's sums over a source's entries (or a hub chunk's), one
+// head: dxl = sum_e f alpha grad_out[i] + dz, datt = sum_e ds leaky_relu(z),
+// with ds = alpha (f dot - G[i, h]) and dz = ds v.
+template <typename Traits>
+struct SourceSums {
+  static constexpr int E = Traits::kElems;
+  float dxl[E] = {};
+  float datt[E] = {};
+
+  // Adds an entry's terms (alpha, f, dot and z as DestinationSums::add's,
+  // g_dst = G[i, h]) and gives its dz.
+  __device__ __forceinline__ void add(float alpha, float factor, float dot, float g_dst,
+                                      const float (&att)[E], const float (&z)[E],
+                                      const float (&dout)[E], float negative_slope,
+                                      float (&dz)[E]) {
+    const float ds = alpha * (factor * dot - g_dst);
+#pragma unroll
+    for (int k = 0; k < E; ++k) {
+      dz[k] = ds * att[k] * leaky_relu_grad(z[k], negative_slope);
+      dxl[k] += factor * alpha * dout[k] + dz[k];
+      datt[k] += ds * leaky_relu(z[k], negative_slope);
+    }
+  }
+
+  // Sums the head's slots' sums (every slot gets the total).
+  __device__ __forceinline__ void merge_slots(const GatShape& s) {
+    sum_over_slots(dxl, s);
+    sum_over_slots(datt, s);
+  }
+};
+
+// The destination pass's sums over entries [begin, end) of `row`, head h,
+// merged over the head's slots.
 template <typename Traits>
 __device__ __forceinline__ DestinationSums<Traits> destination_sums(
     const pygio_gatv2_backward_params& p, const GatShape& s, int lane, int64_t row, int64_t h,
@@ -84,9 +144,6 @@ __device__ __forceinline__ DestinationSums<Traits> destination_sums(
                      s, lane, dout);
   const float lse = p.lse[row * s.heads + h];
   DestinationSums<Traits> sums;
-  sums.g = 0.f;
-#pragma unroll
-  for (int k = 0; k < E; ++k) sums.a[k] = sums.b[k] = 0.f;
   for_each_step<Traits, true>(
       p, s, lane, h, begin, end, att, xr, dout,
       [&](const WalkStep<U, 1, index_t>& step, const float (&score)[U], const float (&dot)[U],
@@ -96,41 +153,29 @@ __device__ __forceinline__ DestinationSums<Traits> destination_sums(
           if (!step.real(u)) continue;
           float xl[E], z[E];
           values(u, xl, z);
-          const float alpha = softmax_exp(score[u] - lse);
-          const float w = dropout_factor(p.seed, step.pos(u), h, p.dropout_p) * alpha * dot[u];
-          sums.g += w;
-#pragma unroll
-          for (int k = 0; k < E; ++k) {
-            const float v = att[k] * leaky_relu_grad(z[k], p.negative_slope);
-            sums.a[k] += w * v;
-            sums.b[k] += alpha * v;
-          }
+          sums.add(softmax_exp(score[u] - lse), dropout_factor(p.seed, step.pos(u), h, p.dropout_p),
+                   dot[u], att, z, p.negative_slope);
         }
       });
-  sums.g = sum_over_slots(sums.g, s);
-  sum_over_slots(sums.a, s);
-  sum_over_slots(sums.b, s);
+  sums.merge_slots(s);
   return sums;
 }
 
-// The source pass's terms of entries [begin, end) of row `src` of a_t,
-// head h (i = col_t[t], e = perm_t[t]), merged over the head's slots:
-// dxl = sum f alpha grad_out[i] + dz, datt = sum ds leaky_relu(z); dz
+// The source pass's sums over entries [begin, end) of row `src` of a_t,
+// head h (i = col_t[t], e = perm_t[t]), merged over the head's slots; dz
 // written to grad_edge[e] where edge is given and the group is `active`.
 // g: G from the destination pass.
 template <typename Traits>
-__device__ __forceinline__ void source_grads(const pygio_gatv2_backward_params& p,
-                                             const GatShape& s, int lane, int64_t src, int64_t h,
-                                             bool active, int64_t begin, int64_t end,
-                                             const float* __restrict__ g,
-                                             float (&dxl)[Traits::kElems],
-                                             float (&datt)[Traits::kElems]) {
+__device__ __forceinline__ SourceSums<Traits> source_grads(const pygio_gatv2_backward_params& p,
+                                                           const GatShape& s, int lane,
+                                                           int64_t src, int64_t h, bool active,
+                                                           int64_t begin, int64_t end,
+                                                           const float* __restrict__ g) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
   constexpr int E = Traits::kElems, U = Traits::kSourceUnroll;
-#pragma unroll
-  for (int k = 0; k < E; ++k) dxl[k] = datt[k] = 0.f;
-  if (begin == end) return;  // x_l may be NULL without entries
+  SourceSums<Traits> sums;
+  if (begin == end) return sums;  // x_l may be NULL without entries
   const auto* __restrict__ x_r = static_cast<const scalar_t*>(p.x_r) + h * s.channels;
   const auto* __restrict__ grad_out = static_cast<const scalar_t*>(p.grad_out) + h * s.channels;
   const bool has_edge = has_edges<Traits>(p);
@@ -174,40 +219,32 @@ __device__ __forceinline__ void source_grads(const pygio_gatv2_backward_params& 
       edge_raw[u].to_float(edge_values);
       entry_z(xl, xr, has_edge, edge_values, z);
     };
-    float sums[2 * U];  // scores, then dots <grad_out[i], x_l[src]>
+    float dots[2 * U];  // scores, then dots <grad_out[i], x_l[src]>
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float xr[E], dout[E], z[E];
       values(u, xr, dout, z);
-      sums[u] = score_part(z, att, p.negative_slope);
-      sums[U + u] = 0.f;
+      dots[u] = score_part(z, att, p.negative_slope);
+      dots[U + u] = 0.f;
 #pragma unroll
-      for (int k = 0; k < E; ++k) sums[U + u] += dout[k] * xl[k];
+      for (int k = 0; k < E; ++k) dots[U + u] += dout[k] * xl[k];
     }
-    group_sums(sums, s.layout);
+    group_sums(dots, s.layout);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (!step.real(u)) continue;
-      float xr[E], dout[E], z[E];
+      float xr[E], dout[E], z[E], dz[E];
       values(u, xr, dout, z);
       const int64_t e = step.index[1][u];
-      const float factor = dropout_factor(p.seed, e, h, p.dropout_p);
-      const float alpha = softmax_exp(sums[u] - lse[u]);
-      const float ds = alpha * (factor * sums[U + u] - g_dst[u]);
-      float dz[E];
-#pragma unroll
-      for (int k = 0; k < E; ++k) {
-        dz[k] = ds * att[k] * leaky_relu_grad(z[k], p.negative_slope);
-        dxl[k] += factor * alpha * dout[k] + dz[k];
-        datt[k] += ds * leaky_relu(z[k], p.negative_slope);
-      }
+      sums.add(softmax_exp(dots[u] - lse[u]), dropout_factor(p.seed, e, h, p.dropout_p),
+               dots[U + u], g_dst[u], att, z, dout, p.negative_slope, dz);
       if (has_edge && active)
         store_slice<Traits>(static_cast<scalar_t*>(p.grad_edge) + e * s.width() + h * s.channels,
                             s, lane, dz);
     }
   });
-  sum_over_slots(dxl, s);
-  sum_over_slots(datt, s);
+  sums.merge_slots(s);
+  return sums;
 }
 
 // grad_x_r and G of every row of a that is not a hub: a warp per row
@@ -238,8 +275,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
           destination_sums<Traits>(p, s, lane, row, head.h, begin, end);
       if (!head.active || s.slot(lane) != 0) continue;
       float dxr[E];
-#pragma unroll
-      for (int k = 0; k < E; ++k) dxr[k] = sums.a[k] - sums.g * sums.b[k];
+      sums.grad_x_r(dxr);
       store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_r) + row * p.grad_x_r_row_stride +
                               head.h * s.channels, s, lane, dxr);
       if (s.layout.lane_in_group(lane) == 0) g[row * s.heads + head.h] = sums.g;
@@ -296,7 +332,6 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
                                   bool shared_att) {
   using index_t = typename Traits::index_t;
   using scalar_t = typename Traits::scalar_t;
-  constexpr int E = Traits::kElems;
   float* att_sums = begin_att_sums(p, s, shared_att);
   const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
   const int lane = threadIdx.x % kWarpSize;
@@ -310,12 +345,13 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
       return;
     for (int64_t h0 = 0; h0 < s.heads; h0 += s.heads_per_pass()) {
       const PassHead head = pass_head(s, lane, h0);
-      float dxl[E], datt[E];
-      source_grads<Traits>(p, s, lane, src, head.h, head.active, begin, end, g, dxl, datt);
+      const SourceSums<Traits> sums =
+          source_grads<Traits>(p, s, lane, src, head.h, head.active, begin, end, g);
       if (!head.active || s.slot(lane) != 0) continue;
       store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + src * p.grad_x_l_row_stride +
-                              head.h * s.channels, s, lane, dxl);
-      if (begin < end) atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
+                              head.h * s.channels, s, lane, sums.dxl);
+      if (begin < end)
+        atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, sums.datt);
     }
   });
   end_att_sums(p, s, shared_att);
@@ -330,20 +366,18 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
                                       GatShape s, GatGradHubs hubs, const float* __restrict__ g,
                                       bool shared_att) {
   using index_t = typename Traits::index_t;
-  constexpr int E = Traits::kElems;
   float* att_sums = begin_att_sums(p, s, shared_att);
   const int lane = threadIdx.x % kWarpSize;
   for_each_hub_chunk<Traits::kWarpsPerBlock>(
       hubs.list, static_cast<const index_t*>(p.a_t.rowptr), s, lane,
       hub_items_by_block<Traits::kWarpsPerBlock>(hubs.list, s),
       [&](int64_t, int64_t slot, const PassHead& head, int64_t begin, int64_t end) {
-        float dxl[E], datt[E];
-        source_grads<Traits>(p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin,
-                             end, g, dxl, datt);
+        const SourceSums<Traits> sums = source_grads<Traits>(
+            p, s, lane, hubs.list.hubs[slot].row, head.h, head.active, begin, end, g);
         if (!head.active || s.slot(lane) != 0) return;
         atomic_add_slice<Traits>(hubs.acc + slot * s.width() + head.h * s.channels, s, lane,
-                                 dxl);
-        atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, datt);
+                                 sums.dxl);
+        atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, sums.datt);
       });
   end_att_sums(p, s, shared_att);
 }

@@ -43,24 +43,17 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
                                         GatShape s, GatGradHubs hubs, float* __restrict__ g) {
   using scalar_t = typename Traits::scalar_t;
   constexpr int E = Traits::kElems;
-  // A row's walk: its sums (zero first; DestinationSums' g, A, B), x_r and
-  // grad_out slices and lse.
+  // A row's walk: its sums (zero first), x_r and grad_out slices and lse.
   struct Row {
-    float g = 0.f;
-    float a[E] = {}, b[E] = {};
+    DestinationSums<Traits> sums;
     float xr[E], dout[E], lse;
   };
-  const int lane = threadIdx.x % kWarpSize;
-  const PassHead head = pass_head(s, lane, 0);
-  const int64_t channel = piece_channel<Traits>(s, lane, 0);
-  const bool writes = head.active && s.slot(lane) == 0;  // the row's results, once a head
-  float att[E];
-  load_att<Traits>(p.att + head.h * s.channels, s, lane, att);
+  const StreamLane<Traits> lane(s, p.att);
   const auto write = [&](int64_t row, const float (&dxr)[E], float g_row) {
-    if (!writes) return;
+    if (!lane.writes) return;
     store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_r) + row * p.grad_x_r_row_stride +
-                            head.h * s.channels, s, lane, dxr);
-    if (s.layout.lane_in_group(lane) == 0) g[row * s.heads + head.h] = g_row;
+                            lane.head.h * s.channels, s, lane.index, dxr);
+    if (s.layout.lane_in_group(lane.index) == 0) g[row * s.heads + lane.head.h] = g_row;
   };
   stream_rows<Traits, kSlots, DestinationStreamLayout, Row>(
       p.a, static_cast<const scalar_t*>(p.x_l), p.x_l_row_stride,
@@ -68,16 +61,15 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
         return t == 0 ? static_cast<const scalar_t*>(p.x_r) + row * p.x_r_row_stride
                       : static_cast<const scalar_t*>(p.grad_out) + row * s.width();
       },
-      [&](int64_t row) { return p.lse + row * s.heads + head.h; }, NoStreamTable<scalar_t>(),
-      NoStreamTable<float>(), hubs.list,
-      gat_hub_threshold(hubs.degree, hubs.list.capacity),
-      head.h * s.channels + (channel >= 0 ? channel : 0), head.active && channel >= 0,
+      [&](int64_t row) { return p.lse + row * s.heads + lane.head.h; },
+      NoStreamTable<scalar_t>(), NoStreamTable<float>(), hubs.list,
+      gat_hub_threshold(hubs.degree, hubs.list.capacity), lane.piece_offset, lane.loads,
       [&](int64_t row) {  // no entries: grad_x_r = 0, G = 0
         const float zeros[E] = {};
         write(row, zeros, 0.f);
       },
       [&](int64_t row) {  // G from the hub kernels' atomics
-        for (int64_t h = lane; h < s.heads; h += kWarpSize) g[row * s.heads + h] = 0.f;
+        for (int64_t h = lane.index; h < s.heads; h += kWarpSize) g[row * s.heads + h] = 0.f;
       },
       [&](Row& r, const float (&slices)[2][E], float lse) {
 #pragma unroll
@@ -88,31 +80,20 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
         float z[E];
         const float no_edge[E] = {};
         entry_z(xl, r.xr, false, no_edge, z);
-        float score_dot[2] = {score_part(z, att, p.negative_slope), 0.f};
+        float score_dot[2] = {score_part(z, lane.att, p.negative_slope), 0.f};
 #pragma unroll
         for (int k = 0; k < E; ++k) score_dot[1] += r.dout[k] * xl[k];
         head_lanes_sums<kHeadShift>(score_dot);
         if (!real) return;
-        const float alpha = softmax_exp(score_dot[0] - r.lse);
-        const float w = dropout_factor(p.seed, e, head.h, p.dropout_p) * alpha * score_dot[1];
-        r.g += w;
-#pragma unroll
-        for (int k = 0; k < E; ++k) {
-          const float v = att[k] * leaky_relu_grad(z[k], p.negative_slope);
-          r.a[k] += w * v;
-          r.b[k] += alpha * v;
-        }
+        r.sums.add(softmax_exp(score_dot[0] - r.lse),
+                   dropout_factor(p.seed, e, lane.head.h, p.dropout_p), score_dot[1], lane.att,
+                   z, p.negative_slope);
       },
       [&](Row& r, int64_t row) {
-        if constexpr (kSlots > 1) {
-          r.g = sum_over_slots(r.g, s);
-          sum_over_slots(r.a, s);
-          sum_over_slots(r.b, s);
-        }
+        if constexpr (kSlots > 1) r.sums.merge_slots(s);
         float dxr[E];
-#pragma unroll
-        for (int k = 0; k < E; ++k) dxr[k] = r.a[k] - r.g * r.b[k];
-        write(row, dxr, r.g);
+        r.sums.grad_x_r(dxr);
+        write(row, dxr, r.sums.g);
       });
 }
 
@@ -145,17 +126,16 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
   // A source's walk: its x_l slice and its sums (zero first).
   struct Row {
     float xl[E];
-    float dxl[E] = {}, datt[E] = {};
+    SourceSums<Traits> sums;
   };
   constexpr size_t kAttOffset = stream_block_bytes<Traits, SourceStreamLayout>() / sizeof(float);
   float* const att_sums = begin_att_sums(p, s, true, kAttOffset);
-  const int lane = threadIdx.x % kWarpSize;
-  const PassHead head = pass_head(s, lane, 0);
-  const int64_t channel = piece_channel<Traits>(s, lane, 0);
-  const bool writes = head.active && s.slot(lane) == 0;  // the row's results, once a head
-  float att[E];
-  load_att<Traits>(p.att + head.h * s.channels, s, lane, att);
+  const StreamLane<Traits> lane(s, p.att);
   const auto* __restrict__ perm_t = static_cast<const index_t*>(p.perm_t);
+  const auto write = [&](int64_t row, const float (&dxl)[E]) {
+    store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + row * p.grad_x_l_row_stride +
+                            lane.head.h * s.channels, s, lane.index, dxl);
+  };
   stream_rows<Traits, kSlots, SourceStreamLayout, Row>(
       p.a_t, static_cast<const scalar_t*>(p.x_r), p.x_r_row_stride,
       [&](int, int64_t row) {  // x_l of the source
@@ -166,15 +146,13 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
         return static_cast<const scalar_t*>(p.grad_out) + static_cast<int64_t>(i) * s.width();
       },
       [&](int k, index_t i) {  // lse, G of the destination
-        return (k == 0 ? p.lse : g) + static_cast<int64_t>(i) * s.heads + head.h;
+        return (k == 0 ? p.lse : g) + static_cast<int64_t>(i) * s.heads + lane.head.h;
       },
-      hubs.list, gat_hub_threshold(hubs.degree, hubs.list.capacity),
-      head.h * s.channels + (channel >= 0 ? channel : 0), head.active && channel >= 0,
+      hubs.list, gat_hub_threshold(hubs.degree, hubs.list.capacity), lane.piece_offset,
+      lane.loads,
       [&](int64_t row) {  // no entries: grad_x_l = 0
         const float zeros[E] = {};
-        if (writes)
-          store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + row * p.grad_x_l_row_stride +
-                                  head.h * s.channels, s, lane, zeros);
+        if (lane.writes) write(row, zeros);
       },
       [](int64_t) {},
       [&](Row& r, const float (&slices)[1][E], float) {
@@ -187,31 +165,23 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
         float z[E];
         const float no_edge[E] = {};
         entry_z(r.xl, xr, false, no_edge, z);
-        float score_dot[2] = {score_part(z, att, p.negative_slope), 0.f};
+        float score_dot[2] = {score_part(z, lane.att, p.negative_slope), 0.f};
 #pragma unroll
         for (int k = 0; k < E; ++k) score_dot[1] += dout[k] * r.xl[k];
         head_lanes_sums<kHeadShift>(score_dot);
         if (!real) return;
         const int64_t e = p.dropout_p > 0.f ? static_cast<int64_t>(perm_t[t]) : t;
-        const float factor = dropout_factor(p.seed, e, head.h, p.dropout_p);
-        const float alpha = softmax_exp(score_dot[0] - scalars[0]);
-        const float ds = alpha * (factor * score_dot[1] - scalars[1]);
-#pragma unroll
-        for (int k = 0; k < E; ++k) {
-          const float dz = ds * att[k] * leaky_relu_grad(z[k], p.negative_slope);
-          r.dxl[k] += factor * alpha * dout[k] + dz;
-          r.datt[k] += ds * leaky_relu(z[k], p.negative_slope);
-        }
+        float dz[E];
+        r.sums.add(softmax_exp(score_dot[0] - scalars[0]),
+                   dropout_factor(p.seed, e, lane.head.h, p.dropout_p), score_dot[1], scalars[1],
+                   lane.att, z, dout, p.negative_slope, dz);
       },
       [&](Row& r, int64_t row) {
-        if constexpr (kSlots > 1) {
-          sum_over_slots(r.dxl, s);
-          sum_over_slots(r.datt, s);
-        }
-        if (!writes) return;
-        store_slice<Traits>(static_cast<scalar_t*>(p.grad_x_l) + row * p.grad_x_l_row_stride +
-                                head.h * s.channels, s, lane, r.dxl);
-        atomic_add_slice<Traits>(att_sums + head.h * s.channels, s, lane, r.datt);
+        if constexpr (kSlots > 1) r.sums.merge_slots(s);
+        if (!lane.writes) return;
+        write(row, r.sums.dxl);
+        atomic_add_slice<Traits>(att_sums + lane.head.h * s.channels, s, lane.index,
+                                 r.sums.datt);
       });
   end_att_sums(p, s, true, kAttOffset);
 }
@@ -222,8 +192,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, Traits::kBackwardMin
 template <typename Traits>
 bool streams_sources(const pygio_gatv2_backward_params& p, const GatShape& s) {
   return streams_shape<Traits>(s) && short_rows(p.a_t) &&
-         stream_block_bytes<Traits, SourceStreamLayout>() + s.width() * sizeof(float) <=
-             kStreamSharedLimit;
+         stream_fits<Traits, SourceStreamLayout>(s.width() * sizeof(float));
 }
 
 // Launches gatv2_streamed_backward_sources_kernel (streams_sources must hold).

@@ -45,11 +45,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
     SoftmaxState<E> softmax;
     float xr[E];
   };
-  const int lane = threadIdx.x % kWarpSize;
-  const PassHead head = pass_head(s, lane, 0);
-  const int64_t channel = piece_channel<Traits>(s, lane, 0);
-  float att[E];
-  load_att<Traits>(p.att + head.h * s.channels, s, lane, att);
+  const StreamLane<Traits> lane(s, p.att);
   stream_rows<Traits, kSlots, ForwardStreamLayout, Row>(
       p.a, static_cast<const scalar_t*>(p.x_l), p.x_l_row_stride,
       [&](int, int64_t row) {
@@ -57,10 +53,10 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
       },
       NoStreamTable<float>(), NoStreamTable<scalar_t>(), NoStreamTable<float>(), hubs.list,
       gat_hub_threshold(hubs.degree, hubs.list.capacity),
-      head.h * s.channels + (channel >= 0 ? channel : 0), head.active && channel >= 0,
+      lane.piece_offset, lane.loads,
       [&](int64_t row) {  // out = out_bias, lse = -inf
         SoftmaxState<E> none;
-        if (head.active) write_row<Traits>(p, s, lane, row, head.h, none);
+        if (lane.head.active) write_row<Traits>(p, s, lane.index, row, lane.head.h, none);
       },
       [](int64_t) {},
       [&](Row& r, const float (&slices)[1][E], float) {
@@ -71,16 +67,17 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 4)
         float z[E];
         const float no_edge[E] = {};
         entry_z(xl, r.xr, false, no_edge, z);
-        const float score = head_lanes_sum<kHeadShift>(score_part(z, att, p.negative_slope));
+        const float score =
+            head_lanes_sum<kHeadShift>(score_part(z, lane.att, p.negative_slope));
         if (real) {
           if (score > r.softmax.m) r.softmax.raise_max(score);
           r.softmax.add(softmax_exp(score - r.softmax.m),
-                        dropout_factor(p.seed, e, head.h, p.dropout_p), xl);
+                        dropout_factor(p.seed, e, lane.head.h, p.dropout_p), xl);
         }
       },
       [&](Row& r, int64_t row) {
         if constexpr (kSlots > 1) r.softmax.merge_slots(s);
-        if (head.active) write_row<Traits>(p, s, lane, row, head.h, r.softmax);
+        if (lane.head.active) write_row<Traits>(p, s, lane.index, row, lane.head.h, r.softmax);
       });
 }
 

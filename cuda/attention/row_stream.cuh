@@ -67,6 +67,29 @@ __host__ __device__ inline int stream_slots(const GatShape& s) {
   return s.layout.shift + s.head_shift < kWarpShift ? 2 : 1;
 }
 
+// A lane of a streamed kernel (streams_shape: one pass of heads, one
+// 16-byte piece a lane): its head, the offset of its piece in a row of
+// every table, whether it copies (its head and piece exist: stream_rows'
+// `loads`), whether it writes its head's results (the first slot's lanes),
+// and its slice of the head's attention vector.
+template <typename Traits>
+struct StreamLane {
+  int index;  // in the warp
+  PassHead head;
+  int64_t piece_offset;
+  bool loads, writes;
+  float att[Traits::kElems];
+
+  __device__ __forceinline__ StreamLane(const GatShape& s, const float* __restrict__ att_all)
+      : index(threadIdx.x % kWarpSize), head(pass_head(s, index, 0)) {
+    const int64_t channel = piece_channel<Traits>(s, index, 0);
+    piece_offset = head.h * s.channels + (channel >= 0 ? channel : 0);
+    loads = head.active && channel >= 0;
+    writes = head.active && s.slot(index) == 0;
+    load_att<Traits>(att_all + head.h * s.channels, s, index, att);
+  }
+};
+
 // Each v[k] summed over the 2^kHeadShift lanes of the caller's head:
 // group_sums with the layout known at compile time (the same shuffles in
 // the same order, unrolled).
@@ -377,6 +400,10 @@ constexpr size_t stream_block_bytes() {
   return Layout::kWarpBytes * Traits::kWarpsPerBlock;
 }
 constexpr size_t kStreamSharedLimit = 48 * 1024;
+template <typename Traits, typename Layout>
+bool stream_fits(size_t extra) {
+  return stream_block_bytes<Traits, Layout>() + extra <= kStreamSharedLimit;
+}
 
 // Launches kernel (a streamed rows kernel of Traits over a's rows, Layout's
 // kWarpBytes a warp and `extra_shared` bytes a block after them): one wave
@@ -387,9 +414,9 @@ int launch_stream(Kernel kernel, const pygio_csr& a, size_t extra_shared, int de
                   cudaStream_t stream, const Args&... args) {
   static_assert(stream_block_bytes<Traits, Layout>() <= kStreamSharedLimit,
                 "the default dynamic shared memory limit");
-  const size_t shared = stream_block_bytes<Traits, Layout>() + extra_shared;
-  PYGIO_CHECK_ARG(shared <= kStreamSharedLimit,
+  PYGIO_CHECK_ARG((stream_fits<Traits, Layout>(extra_shared)),
                   "pyg_ioaware: a streamed kernel's shared memory exceeds 48 KB");
+  const size_t shared = stream_block_bytes<Traits, Layout>() + extra_shared;
   unsigned grid = 0;
   PYGIO_TRY(resident_grid(kernel, stream_items(a.num_rows), Traits::kWarpsPerBlock,
                           Traits::kThreadsPerBlock, device, &grid, shared));
