@@ -167,9 +167,9 @@ extern "C" int pygio_gatv2_backward(const pygio_gatv2_backward_params* params) {
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch<gatv2::kGatv2NoEdgePieces>(
+  PYGIO_TRY((gatv2::dispatch<gatv2::kGatv2NoEdgePieces, gatv2::kGatv2NoEdgeSingles>(
       p, plan, [&](auto traits, const GatShape& s) {
         return launch_backward<decltype(traits)>(p, s, stream);
-      }));
+      })));
   return ok();
 }

@@ -121,10 +121,17 @@ inline int lane_shift(int vec, int64_t heads, int64_t pieces, int wide_pieces) {
 // -> 17.28 / 48.1. Heads that fit one pass, as (2, 64), are unaffected.
 constexpr int kGatv2WidePieces = 1;
 
-// GATv2's kNoEdgePieces (dispatch): its one-piece lanes have no edge path
-// without edge attributes (H200, (2, 64) pokec-like: bf16 forward 6.27 ->
-// 5.45 ms, backward 18.94 -> 17.59; fp32 6.76 -> 6.50, 21.63 -> 20.76).
-constexpr int kGatv2NoEdgePieces = 1;
+// GATv2's kNoEdgePieces and kNoEdgeSingles (dispatch): no layout keeps the
+// edge path without edge attributes. H200, kernels alone, ms forward /
+// backward, with the path -> without: one 16-byte piece a lane, (2, 64)
+// pokec-like bf16 6.27 / 18.94 -> 5.45 / 17.59, fp32 6.76 / 21.63 -> 6.50 /
+// 20.76; one channel a load (odd head sizes: output layers of 7 or 47
+// classes), arxiv-like (1, 47) fp32 0.48 / 1.37 -> 0.37 / 1.15, (2, 47)
+// bf16 0.61 / 1.58 -> 0.51 / 1.40, web-like (1, 7) bf16 2.53 / 6.05 ->
+// 2.17 / 4.90, (2, 130) bf16 18.9 / 62.9 -> 15.1 / 46.1; two pieces a lane,
+// (1, 256) fp32 arxiv-like 0.96 / 2.63 -> 0.84 / 2.55 (docs/results.md).
+constexpr int kGatv2NoEdgePieces = kMaxPieces;
+constexpr int kGatv2NoEdgeSingles = kMaxPieces;
 
 // The plan for `heads` heads of `channels` channels of a dtype checked by
 // check_inputs; PYGIO_ERR_UNSUPPORTED above max_channels. `wide_pieces`:
@@ -154,11 +161,12 @@ inline int make_plan(int32_t dtype, int64_t heads, int64_t channels, int wide_pi
 
 // go(GatTraits<scalar_t, index_t, kVec, kPieces>{}), without an edge path
 // (GatTraits::kEdges false) where there are no edge attributes (`edges`
-// false) and a lane holds at most kNoEdgePieces 16-byte pieces.
+// false) and a lane holds at most kNoEdgePieces 16-byte pieces or, one
+// channel a load (kVec 1), at most kNoEdgeSingles channels.
 template <typename scalar_t, typename index_t, int kVec, int kPieces, int kNoEdgePieces,
-          typename Go>
+          int kNoEdgeSingles, typename Go>
 int with_edges(bool edges, Go go) {
-  if constexpr (kVec > 1 && kPieces <= kNoEdgePieces) {
+  if constexpr (kPieces <= (kVec > 1 ? kNoEdgePieces : kNoEdgeSingles)) {
     if (!edges) return go(GatTraits<scalar_t, index_t, kVec, kPieces, false>{});
   }
   return go(GatTraits<scalar_t, index_t, kVec, kPieces>{});
@@ -166,15 +174,20 @@ int with_edges(bool edges, Go go) {
 
 // with_edges for runtime pieces (make_plan keeps them within the
 // instantiated ones).
-template <typename scalar_t, typename index_t, int kVec, int kNoEdgePieces, typename Go>
+template <typename scalar_t, typename index_t, int kVec, int kNoEdgePieces, int kNoEdgeSingles,
+          typename Go>
 int with_pieces(int pieces, bool edges, Go go) {
-  if (pieces == 1) return with_edges<scalar_t, index_t, kVec, 1, kNoEdgePieces>(edges, go);
-  if (pieces == 2) return with_edges<scalar_t, index_t, kVec, 2, kNoEdgePieces>(edges, go);
+  if (pieces == 1)
+    return with_edges<scalar_t, index_t, kVec, 1, kNoEdgePieces, kNoEdgeSingles>(edges, go);
+  if (pieces == 2)
+    return with_edges<scalar_t, index_t, kVec, 2, kNoEdgePieces, kNoEdgeSingles>(edges, go);
   if constexpr (kVec * 4 <= kMaxElemsPerLane) {
-    if (pieces == 4) return with_edges<scalar_t, index_t, kVec, 4, kNoEdgePieces>(edges, go);
+    if (pieces == 4)
+      return with_edges<scalar_t, index_t, kVec, 4, kNoEdgePieces, kNoEdgeSingles>(edges, go);
   }
   if constexpr (kVec * 8 <= kMaxElemsPerLane) {
-    if (pieces == 8) return with_edges<scalar_t, index_t, kVec, 8, kNoEdgePieces>(edges, go);
+    if (pieces == 8)
+      return with_edges<scalar_t, index_t, kVec, 8, kNoEdgePieces, kNoEdgeSingles>(edges, go);
   }
   return fail(PYGIO_ERR_UNSUPPORTED, "GATv2: no kernel for " + std::to_string(pieces) +
                                          " pieces of " + std::to_string(kVec) + " channels a lane");
@@ -182,12 +195,13 @@ int with_pieces(int pieces, bool edges, Go go) {
 
 // Binds dtype, index width, vector width, pieces per lane of `plan` and
 // whether p (any attention params struct) has edge attributes, then calls
-// go(traits, shape). kNoEdgePieces: see with_edges; each entry takes the
-// value its kernels were timed with, since dropping the edge path is not
-// always faster (transformer (4, 128), four pieces a lane: backward bf16
-// pokec-like 57.0 -> 43.4 ms on an H200, but the bf16 forward 28.1 -> 36.4
-// on an H100).
-template <int kNoEdgePieces, typename P, typename Go>
+// go(traits, shape). kNoEdgePieces, kNoEdgeSingles: see with_edges; each
+// entry takes the values its kernels were timed with, since dropping the
+// edge path is not always faster (transformer (4, 128), four pieces a
+// lane: backward bf16 pokec-like 57.0 -> 43.4 ms on an H200, but the bf16
+// forward 28.1 -> 36.4 on an H100; the transformer's single channels keep
+// the path, untimed).
+template <int kNoEdgePieces, int kNoEdgeSingles = 0, typename P, typename Go>
 int dispatch(const P& p, const Plan& plan, Go go) {
   const GatShape shape{plan.layout, plan.head_shift, p.heads, p.channels};
   return PYGIO_DISPATCH_DTYPE(p.dtype, [&]() -> int {
@@ -198,9 +212,9 @@ int dispatch(const P& p, const Plan& plan, Go go) {
         constexpr int kWide = 16 / sizeof(scalar_t);
         const bool edges = p.edge != nullptr;
         if (plan.vec == kWide)
-          return with_pieces<scalar_t, index_t, kWide, kNoEdgePieces>(
+          return with_pieces<scalar_t, index_t, kWide, kNoEdgePieces, kNoEdgeSingles>(
               plan.pieces, edges, [&](auto t) { return go(t, shape); });
-        return with_pieces<scalar_t, index_t, 1, kNoEdgePieces>(
+        return with_pieces<scalar_t, index_t, 1, kNoEdgePieces, kNoEdgeSingles>(
             plan.pieces, edges, [&](auto t) { return go(t, shape); });
       });
     }

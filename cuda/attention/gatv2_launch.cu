@@ -48,7 +48,7 @@ extern "C" int pygio_gatv2(const pygio_gatv2_params* params) {
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch<gatv2::kGatv2NoEdgePieces>(
+  PYGIO_TRY((gatv2::dispatch<gatv2::kGatv2NoEdgePieces, gatv2::kGatv2NoEdgeSingles>(
       p, plan, [&](auto traits, const GatShape& s) {
         using Traits = decltype(traits);
         return attention::launch_forward<Gatv2Family, Traits>(
@@ -59,7 +59,7 @@ extern "C" int pygio_gatv2(const pygio_gatv2_params* params) {
               }
               return attention::launch_rows<Gatv2Family, Traits>(p, s, hubs, stream);
             });
-      }));
+      })));
   return ok();
 }
 
@@ -76,9 +76,9 @@ extern "C" int pygio_gatv2_alpha(const pygio_gatv2_alpha_params* params) {
   DeviceGuard guard;
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  PYGIO_TRY(gatv2::dispatch<gatv2::kGatv2NoEdgePieces>(
+  PYGIO_TRY((gatv2::dispatch<gatv2::kGatv2NoEdgePieces, gatv2::kGatv2NoEdgeSingles>(
       p, plan, [&](auto traits, const GatShape& s) {
         return attention::launch_alpha<Gatv2Family, decltype(traits)>(p, s, stream);
-      }));
+      })));
   return ok();
 }

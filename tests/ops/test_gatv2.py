@@ -2,6 +2,8 @@
 oracle written independently of ops.attention (PyG's softmax over edge
 tensors), on CPU and, marked cuda, the kernels against the float64 CPU
 result on graphs with a hub, empty rows, duplicate edges and self loops."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -423,6 +425,29 @@ def test_cuda_rows_kernel_choice(dtype, heads, channels, streamed):
     assert any("gatv2_backward_rows_kernel" in n for n in names) != streamed
     assert any("gatv2_streamed_backward_sources_kernel" in n for n in names) == streamed
     assert any("gatv2_backward_sources_kernel" in n for n in names) != streamed
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, heads, channels", [
+    (torch.float32, 3, 7), (torch.bfloat16, 2, 47), (torch.float32, 1, 256),
+    (torch.float16, 2, 64)])
+@pytest.mark.parametrize("edges", [False, True])
+def test_cuda_edge_path_only_with_edge_attributes(dtype, heads, channels, edges):
+    """Every GATv2 kernel of a forward and its backward is built without an
+    edge path (GatTraits' last argument false) when no edge attributes are
+    given, in every layout (one channel a load, two 16-byte pieces a lane,
+    one piece), and with it when they are (test_cuda_matches_float64 checks
+    both paths' values)."""
+    _, graph, x_l, x_r, att, e, grad = case(300, 300, 2000, heads, channels, seed=17,
+                                            edge=edges, device="cuda")
+    e_csr = None if e is None else csr_order(graph, e)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out, _, _ = run_ours(graph, x_l, x_r, att, e_csr, grad, dtype, "cuda")
+        torch.cuda.synchronize()
+    traits = [re.search(r"GatTraits<[^<>]*, (true|false)>", event.name)
+              for event in prof.events() if "GatTraits<" in event.name]
+    assert traits and all(t is not None and t.group(1) == str(edges).lower() for t in traits)
+    assert torch.isfinite(out).all()
 
 
 @pytest.mark.cuda
