@@ -199,8 +199,7 @@ int with_pieces(int pieces, bool edges, Go go) {
 // entry takes the values its kernels were timed with, since dropping the
 // edge path is not always faster (transformer (4, 128), four pieces a
 // lane: backward bf16 pokec-like 57.0 -> 43.4 ms on an H200, but the bf16
-// forward 28.1 -> 36.4 on an H100; the transformer's single channels keep
-// the path, untimed).
+// forward 28.1 -> 36.4 on an H100).
 template <int kNoEdgePieces, int kNoEdgeSingles = 0, typename P, typename Go>
 int dispatch(const P& p, const Plan& plan, Go go) {
   const GatShape shape{plan.layout, plan.head_shift, p.heads, p.channels};
