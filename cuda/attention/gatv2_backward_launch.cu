@@ -57,7 +57,7 @@ int check_backward(const pygio_gatv2_backward_params& p, const char* entry) {
 template <typename Traits>
 int launch_destination_rows(const pygio_gatv2_backward_params& p, const GatShape& shape,
                             const GatGradHubs& hubs, float* g, cudaStream_t stream) {
-  if constexpr (Traits::kOnePiece && !Traits::kEdges) {
+  if constexpr (kStreamTraits<Traits>) {
     if (streams_rows<Traits>(p, shape))
       return launch_streamed_backward_rows<Traits>(p, shape, hubs, g, stream);
   }
@@ -76,7 +76,7 @@ template <typename Traits>
 int launch_source_rows(const pygio_gatv2_backward_params& p, const GatShape& shape,
                        const GatGradHubs& hubs, const float* g, bool shared_att,
                        size_t shared_bytes, cudaStream_t stream) {
-  if constexpr (Traits::kOnePiece && !Traits::kEdges) {
+  if constexpr (kStreamTraits<Traits>) {
     if (streams_sources<Traits>(p, shape))
       return launch_streamed_backward_sources<Traits>(p, shape, hubs, g, stream);
   }

@@ -53,7 +53,7 @@ extern "C" int pygio_gatv2(const pygio_gatv2_params* params) {
         using Traits = decltype(traits);
         return attention::launch_forward<Gatv2Family, Traits>(
             p, s, stream, [&](const GatHubs& hubs) {
-              if constexpr (Traits::kOnePiece && !Traits::kEdges) {
+              if constexpr (kStreamTraits<Traits>) {
                 if (streams_rows<Traits>(p, s))
                   return launch_streamed_rows<Traits>(p, s, hubs, stream);
               }

@@ -37,6 +37,12 @@ constexpr int kStreamMinHeadShift = 3;
 // streamed build 0.227).
 constexpr int64_t kStreamMaxMeanEntries = 32;
 
+// Whether the streamed kernels are built for these traits: one 16-byte
+// piece a lane, no edge path (a launcher's `if constexpr` before it asks
+// streams_shape or streams_rows).
+template <typename Traits>
+constexpr bool kStreamTraits = Traits::kOnePiece && !Traits::kEdges;
+
 // Whether the streamed rows kernels of these traits serve shape s: one
 // 16-byte piece a lane, no edge path, the warp's 32 lanes spanning every
 // head of an entry once (one entry slot) or, in 16-bit, twice (two
@@ -49,7 +55,7 @@ constexpr int64_t kStreamMaxMeanEntries = 32;
 // 0.106, arxiv-like 0.263 -> 0.264).
 template <typename Traits>
 inline bool streams_shape(const GatShape& s) {
-  static_assert(Traits::kOnePiece && !Traits::kEdges,
+  static_assert(kStreamTraits<Traits>,
                 "only traits of one piece a lane and no edge path stream their rows");
   constexpr int kMaxSlotShift = sizeof(typename Traits::scalar_t) == 2 ? 1 : 0;
   return s.layout.shift + s.head_shift >= kWarpShift - kMaxSlotShift && s.passes() == 1 &&
