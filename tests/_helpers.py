@@ -131,6 +131,16 @@ def property_case(name: str, seed: int):
     return random_graph(num_src, num_dst, num_edges, seed, hub_degree=hub), num_src, num_dst
 
 
+def cuda_kernel_names(run):
+    """(the names of the CUDA kernels that ``run()`` launched, what it
+    returned), from torch.profiler (whose CUDA events compute-sanitizer
+    hides: not for tests run under it)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = run()
+        torch.cuda.synchronize()
+    return [event.name for event in prof.events()], result
+
+
 def seed_of(*parts) -> int:
     """A reproducible seed from test parameters."""
     import zlib

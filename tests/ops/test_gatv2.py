@@ -7,8 +7,9 @@ import re
 import pytest
 import torch
 import torch.nn.functional as F
-from _helpers import (TOLERANCE, assert_reference_under_autograd, cap_hub_lists, hubs_graph,
-                      many_hubs_graph, random_graph, relative_error)
+from _helpers import (TOLERANCE, assert_reference_under_autograd, cap_hub_lists,
+                      cuda_kernel_names, hubs_graph, many_hubs_graph, random_graph,
+                      relative_error)
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -414,11 +415,11 @@ def test_cuda_rows_kernel_choice(dtype, heads, channels, streamed):
                                          device="cuda")
     x_l, x_r = (t.to("cuda", dtype).requires_grad_() for t in (x_l, x_r))
     att = att.float().cuda().requires_grad_()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    def forward_backward():
         out, _ = GATv2Function.apply(graph, x_l, x_r, att, None, SLOPE, 0.0, 0, 0.99, None, None)
         out.sum().backward()
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
+
+    names, _ = cuda_kernel_names(forward_backward)
     assert any("gatv2_streamed_rows_kernel" in n for n in names) == streamed
     assert any("attention_rows_kernel" in n for n in names) != streamed
     assert any("gatv2_streamed_backward_rows_kernel" in n for n in names) == streamed
@@ -441,11 +442,10 @@ def test_cuda_edge_path_only_with_edge_attributes(dtype, heads, channels, edges)
     _, graph, x_l, x_r, att, e, grad = case(300, 300, 2000, heads, channels, seed=17,
                                             edge=edges, device="cuda")
     e_csr = None if e is None else csr_order(graph, e)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out, _, _ = run_ours(graph, x_l, x_r, att, e_csr, grad, dtype, "cuda")
-        torch.cuda.synchronize()
-    traits = [re.search(r"GatTraits<[^<>]*, (true|false)>", event.name)
-              for event in prof.events() if "GatTraits<" in event.name]
+    names, (out, _, _) = cuda_kernel_names(
+        lambda: run_ours(graph, x_l, x_r, att, e_csr, grad, dtype, "cuda"))
+    traits = [re.search(r"GatTraits<[^<>]*, (true|false)>", name)
+              for name in names if "GatTraits<" in name]
     assert traits and all(t is not None and t.group(1) == str(edges).lower() for t in traits)
     assert torch.isfinite(out).all()
 
@@ -464,11 +464,8 @@ def test_cuda_streamed_destinations_beside_long_source_rows(dtype):
                       for n in (20, 700, 700))
     att = torch.randn(2, 64, generator=gen, dtype=torch.float64)
     x_l, x_r = x_l.to(dtype).double(), x_r.to(dtype).double()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        out, _, grads = run_ours(graph, x_l, x_r, att, None, grad, dtype, "cuda", p=0.25,
-                                 seed=5)
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events()]
+    names, (out, _, grads) = cuda_kernel_names(
+        lambda: run_ours(graph, x_l, x_r, att, None, grad, dtype, "cuda", p=0.25, seed=5))
     assert any("gatv2_streamed_backward_rows_kernel" in n for n in names)
     assert any("gatv2_backward_sources_kernel" in n for n in names)
     assert not any("gatv2_streamed_backward_sources_kernel" in n for n in names)

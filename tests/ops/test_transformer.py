@@ -4,11 +4,13 @@ over edge tensors), on CPU and, marked cuda, the kernels against the
 float64 CPU result on graphs with hubs, empty rows, duplicate edges and
 self loops."""
 import math
+import re
 
 import pytest
 import torch
-from _helpers import (TOLERANCE, assert_reference_under_autograd, cap_hub_lists, hubs_graph,
-                      many_hubs_graph, random_graph, relative_error)
+from _helpers import (TOLERANCE, assert_reference_under_autograd, cap_hub_lists,
+                      cuda_kernel_names, hubs_graph, many_hubs_graph, random_graph,
+                      relative_error)
 from torch_geometric.utils import softmax
 
 from pyg_ioaware import Graph
@@ -239,6 +241,31 @@ def test_cuda_matches_float64(dtype, heads, channels, edge):
     if edge:
         assert relative_error(grads[3].double().cpu(), csr_order(graph, ref_grads[3])) < \
             8 * TOLERANCE[dtype]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, heads, channels", [
+    (torch.float32, 3, 7), (torch.bfloat16, 2, 47), (torch.float32, 4, 128),
+    (torch.bfloat16, 4, 128), (torch.float16, 1, 64)])
+@pytest.mark.parametrize("edge", [False, True])
+def test_cuda_edge_path_only_where_timed_faster(dtype, heads, channels, edge):
+    """Which transformer kernels are built with an edge path (GatTraits'
+    last argument): every one where edge attributes are given; without
+    them, none where a load takes one channel (odd head sizes), and where
+    lanes take 16-byte pieces the backward's none and the forward's every
+    one (transformer_launch.cu: the forward without it lost in bf16)."""
+    _, graph, qkv, e, grad = case(600, 600, 5000, heads, channels, seed=12, hub=3000,
+                                  edge=edge, device="cuda")
+    e_csr = None if e is None else csr_order(graph, e)
+    names, (out, _, _) = cuda_kernel_names(
+        lambda: run_ours(graph, qkv, e_csr, grad, dtype, "cuda"))
+    traits = {name: re.search(r"GatTraits<[^<>]*, (true|false)>", name)
+              for name in names if "GatTraits<" in name}
+    assert traits and all(t is not None for t in traits.values())
+    for name, t in traits.items():
+        with_path = edge or (channels % (16 // dtype.itemsize) == 0 and "backward" not in name)
+        assert t.group(1) == str(with_path).lower(), name
+    assert torch.isfinite(out).all()
 
 
 @pytest.mark.cuda
