@@ -39,11 +39,11 @@ FAMILIES = {
 }
 # kernel name without its family -> the kind --kernels selects by
 KINDS = {"attention weights": "weights", "fwd + arg": "fwd+arg",
-         "bwd deterministic (CSR^T)": "deterministic"}
+         "bwd deterministic (CSR^T)": "deterministic", "bwd buckets (CSR^T)": "buckets"}
 
 
 def kind_of(name: str) -> str:
-    """fwd, fwd+arg, weights, bwd or deterministic."""
+    """fwd, fwd+arg, weights, bwd, deterministic or buckets."""
     rest = name.split(" ", 1)[1]
     return KINDS.get(rest, rest.split()[0])
 
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--shapes", default="gatv2:2x64,transformer:4x128",
                         help="family:SHAPE, comma separated (gatv2:2x64, min:512)")
     parser.add_argument("--dtypes", default="fp32,bf16")
-    parser.add_argument("--kernels", default="fwd,fwd+arg,bwd",
+    parser.add_argument("--kernels", default="fwd,fwd+arg,bwd,buckets",
                         help="which of fwd, fwd+arg, weights, bwd, deterministic to time")
     parser.add_argument("--scale", type=float, default=1.0, help="suite graph size factor")
     parser.add_argument("--device", default="cuda")

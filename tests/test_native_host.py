@@ -214,18 +214,21 @@ def test_spmm_launch_matches_ctypes(calls, monkeypatch, dtype, transpose):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_minmax_launches_match_ctypes(calls, monkeypatch, dtype, deterministic):
+@pytest.mark.parametrize("deterministic, backward", [(False, "atomics"), (False, "buckets"),
+                                                     (True, "buckets")])
+def test_minmax_launches_match_ctypes(calls, monkeypatch, dtype, deterministic, backward):
     """The min / max aggregation's forward and backward launched from C++
     give what the ctypes launches give: the same output (hub rows split
     over the SMs, merged order-independently), the same gradient (bitwise
-    over the CSR^T under deterministic algorithms, else up to the order of
-    its atomic sums); a bad inner stride raises the same ValueError."""
+    over the CSR^T under deterministic algorithms, which win over buckets,
+    else up to the order of its atomic sums; bucketed too); a bad inner
+    stride raises the same ValueError."""
     from pyg_ioaware import _native, ops
     from pyg_ioaware.ops import minmax
     # The Python Function's launches (the whole node in C++ is
     # tests/ops/test_minmax_native_autograd.py's).
     monkeypatch.setattr(minmax, "native_autograd_minmax", lambda *args: None)
+    monkeypatch.setattr(config, "minmax_backward", backward)
     graph = Graph.from_edge_index(random_graph(400, 300, 6000, seed=46, hub_degree=2500).cuda(),
                                   (400, 300))
     x0 = torch.randn(400, 24, device="cuda").to(dtype)

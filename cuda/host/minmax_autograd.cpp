@@ -6,8 +6,9 @@
 //             arg_bytes bytes an element, the winner's position in its row
 //             or the mark of an element the backward walks); saves x, out
 //             and arg, no edge tensor
-//   backward: grad_x = pygio_minmax_backward through arg (atomics), or,
-//             with torch's deterministic algorithms on, over the CSR^T
+//   backward: grad_x = pygio_minmax_backward through arg (atomics, or
+//             buckets gathered over the CSR^T where ops.minmax decided so),
+//             or, with torch's deterministic algorithms on, over the CSR^T
 //             (the graph's, from Python, the only thing asked of it)
 //
 // Part of the host extension module (module.cpp), called only by
@@ -65,7 +66,7 @@ MinMaxOperand minmax_operand(const Tensor& rowptr, const Tensor& col, int64_t re
                              const c10::optional<Tensor>& hub_degree, int64_t max_hubs,
                              const c10::optional<Tensor>& backward_hub_degree,
                              int64_t backward_max_hubs, int64_t arg_bytes,
-                             const py::object& graph, bool keep_arg) {
+                             const py::object& graph, bool buckets, bool keep_arg) {
   TORCH_CHECK(native.minmax != nullptr, "pyg_ioaware host extension: set_native first");
   TORCH_CHECK(rowptr.scalar_type() == col.scalar_type(),
               "pyg_ioaware host extension: rowptr and col must share one index dtype");
@@ -80,6 +81,7 @@ MinMaxOperand minmax_operand(const Tensor& rowptr, const Tensor& col, int64_t re
                        backward_max_hubs,
                        arg_bytes,
                        graph,
+                       buckets,
                        keep_arg};
 }
 
@@ -109,6 +111,7 @@ Tensor minmax_operand_forward(AutogradContext* ctx, const MinMaxOperand& op, con
   ctx->saved_data["reduce"] = op.reduce;
   ctx->saved_data["max_hubs"] = op.backward_max_hubs;
   ctx->saved_data["graph"] = hold(op.graph);
+  ctx->saved_data["buckets"] = op.buckets;
   return out;
 }
 
@@ -117,15 +120,18 @@ Tensor minmax_operand_grad_x(AutogradContext* ctx, const variable_list& saved, s
   const Tensor &x = saved[first], &out = saved[first + 1], &arg = saved[first + 2],
                &rowptr = saved[first + 3], &col = saved[first + 4],
                &hub_degree = saved[first + 5];
-  Tensor rowptr_t, col_t;  // the CSR^T, only for a deterministic backward
-  if (at::globalContext().deterministicAlgorithms()) {
+  Tensor rowptr_t, col_t, perm_t;  // the CSR^T, for a deterministic or bucketed backward
+  const bool deterministic = at::globalContext().deterministicAlgorithms();
+  const bool buckets = !deterministic && ctx->saved_data["buckets"].toBool();
+  if (deterministic || buckets) {
     py::gil_scoped_acquire gil;
     py::object transpose = python_object(ctx->saved_data["graph"]).attr("transpose");
     rowptr_t = transpose.attr("rowptr").cast<Tensor>();
     col_t = transpose.attr("col").cast<Tensor>();
+    if (buckets) perm_t = transpose.attr("perm").cast<Tensor>();
   }
   Tensor grad_x = torch::empty(x.sizes(), x.options());
-  minmax_backward(rowptr, col, rowptr_t, col_t, x, out, arg, rows_readable(grad),
+  minmax_backward(rowptr, col, rowptr_t, col_t, perm_t, x, out, arg, rows_readable(grad),
                   ctx->saved_data["reduce"].toInt(), hub_degree,
                   ctx->saved_data["max_hubs"].toInt(), grad_x);
   return grad_x;
@@ -134,12 +140,13 @@ Tensor minmax_operand_grad_x(AutogradContext* ctx, const variable_list& saved, s
 Tensor minmax_autograd(const Tensor& x, const Tensor& rowptr, const Tensor& col,
                        int64_t reduce, const c10::optional<Tensor>& hub_degree,
                        int64_t max_hubs, const c10::optional<Tensor>& backward_hub_degree,
-                       int64_t backward_max_hubs, int64_t arg_bytes, const py::object& graph) {
+                       int64_t backward_max_hubs, int64_t arg_bytes, const py::object& graph,
+                       bool buckets) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   check_minmax_input(x);
   return MinMaxFunction::apply(x, minmax_operand(rowptr, col, reduce, hub_degree, max_hubs,
                                                  backward_hub_degree, backward_max_hubs,
-                                                 arg_bytes, graph, true));
+                                                 arg_bytes, graph, buckets, true));
 }
 
 }  // namespace pygio_host

@@ -17,9 +17,12 @@ void minmax(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::
             const torch::Tensor& out, const torch::Tensor& arg);
 
 // pygio_minmax_backward: grad_x of that forward (its out and arg), over the
-// CSR^T (rowptr_t, col_t) where defined (deterministic), else with atomics.
+// CSR^T (rowptr_t, col_t) where defined: with its perm_t (CSR^T position ->
+// CSR position) the plain winners gathered per source from buckets, without
+// it deterministic; else with atomics.
 void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
                      const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
+                     const torch::Tensor& perm_t,
                      const torch::Tensor& x, const torch::Tensor& out, const torch::Tensor& arg,
                      const torch::Tensor& grad_out, int64_t reduce,
                      const torch::Tensor& hub_degree, int64_t max_hubs,

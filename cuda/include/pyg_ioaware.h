@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define PYGIO_ABI_VERSION 8
+#define PYGIO_ABI_VERSION 9
 
 /* Exported symbols; everything else in the library is hidden. */
 #if defined(PYGIO_BUILDING)
@@ -319,7 +319,24 @@ PYGIO_API int pygio_minmax(const pygio_minmax_params* params);
  * destinations, the transpose of a), no atomics. grad_x (num_cols rows) is
  * fully overwritten. An arg code beyond its row's entries is ignored (arg
  * must be the forward's).
+ *
+ * Buckets (deterministic = 0 with perm_t given: a_t and perm_t, CSR^T
+ * position -> CSR position; dtype float32, float16 or bfloat16, width at
+ * most PYGIO_MINMAX_BUCKET_MAX_WIDTH): a row of at most
+ * PYGIO_MINMAX_BUCKET_MAX_DEGREE entries writes its plain winners' gradients
+ * grouped by entry into the workspace instead of adding them with atomics,
+ * and a warp per source (CSR^T row) then sums the groups of its entries in
+ * shared memory and stores its grad_x row (sources of more than
+ * PYGIO_MINMAX_BUCKET_SOURCE_CHUNK entries in chunks over all SMs, added
+ * with atomics); longer rows and the elements that walk take the atomics
+ * after that. No scattered read-modify-write an element where grad_x is far
+ * larger than L2 and no zeroing of grad_x, for a workspace of 6 (fp32) or
+ * 4 (16-bit) bytes an element of out, 4 an entry and 8 a row.
  */
+#define PYGIO_MINMAX_BUCKET_MAX_WIDTH 512
+#define PYGIO_MINMAX_BUCKET_MAX_DEGREE 256
+#define PYGIO_MINMAX_BUCKET_SOURCE_CHUNK 256
+
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_minmax_backward_params) */
   int32_t dtype;
@@ -327,7 +344,7 @@ typedef struct {
   int32_t reduce;
   int32_t deterministic;
   pygio_csr a;
-  pygio_csr a_t;           /* deterministic only (else ignored) */
+  pygio_csr a_t;           /* deterministic or buckets only (else ignored) */
   int64_t width;
   const int64_t* hub_degree;  /* as in pygio_minmax_params (ignored when deterministic) */
   int64_t max_hubs;
@@ -343,8 +360,12 @@ typedef struct {
   int64_t grad_x_row_stride;
   void* workspace;         /* pygio_minmax_backward_workspace_size bytes, 16-byte aligned */
   void* stream;
+  const void* perm_t;      /* [nnz] CSR^T position -> CSR position (a_t's index type), or
+                              NULL; given with deterministic = 0: buckets (above) */
 } pygio_minmax_backward_params;
 
+/* *bytes = the workspace pygio_minmax_backward needs (sizes, dtype, deterministic
+ * and whether perm_t is NULL are read). */
 PYGIO_API int pygio_minmax_backward_workspace_size(const pygio_minmax_backward_params* params,
                                                    size_t* bytes);
 

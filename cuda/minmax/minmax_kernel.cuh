@@ -24,6 +24,15 @@
 //  - minmax_grad_hub_count_kernel / minmax_grad_hub_share_kernel: the same
 //    two walks over hub chunks spread over all SMs, matches merged with
 //    atomicAdd in between;
+//  - with buckets (perm_t given), where grad_x is not zeroed first:
+//    minmax_grad_bucket_rows_kernel writes the plain winners of rows of at
+//    most PYGIO_MINMAX_BUCKET_MAX_DEGREE entries grouped by entry (staged
+//    in shared memory) and defers longer rows and rows with elements that
+//    walk; minmax_grad_bucket_sources_kernel sums, a warp per source
+//    (CSR^T row), the groups of its entries in shared memory and stores its
+//    row; minmax_grad_bucket_hubs_kernel adds chunks of long sources with
+//    atomicAdd; then minmax_grad_rows_kernel over the deferred rows (and
+//    the hub kernels) as above;
 //  - deterministic: minmax_share_kernel (each element's share of its
 //    gradient) then minmax_gather_grad_kernel (a warp per source row of
 //    CSR^T, every element summed in one lane in CSR^T order).
@@ -470,30 +479,145 @@ __device__ __forceinline__ void add_winner_gradients(const pygio_minmax_backward
   }
 }
 
-// acc (row stride acc_stride, zeroed) += the gradient of every output
-// element: a warp per row; plain elements with one atomicAdd each
-// (add_winner_gradients), the elements that walk through add_walk_shares.
-// Hub rows with walking elements are registered for the chunk kernels
-// instead of walked here.
+// The bucket path's workspace (pyg_ioaware.h, pygio_minmax_backward_params):
+// per CSR entry its group (start | length << 16) among its row's width
+// slots, 0 (empty) for every entry of a row not bucketed; per slot the
+// feature and the gradient of one plain winner, a row's slots grouped by
+// entry in entry order (within a group in no fixed order).
+template <typename scalar_t>
+struct GradBuckets {
+  uint32_t* groups;     // [nnz], zeroed
+  uint16_t* features;   // [num_rows, width]
+  scalar_t* grads;      // [num_rows, width]
+};
+
+// A warp's bucket state for its current row, in shared memory: cursor[e]
+// (entry e's next slot), and the row's slots staged (feature, gradient)
+// before one coalesced write to the workspace.
+template <typename scalar_t>
+struct RowBuckets {
+  int* cursor;          // PYGIO_MINMAX_BUCKET_MAX_DEGREE
+  uint16_t* features;   // width
+  scalar_t* grads;      // width
+};
+
+// Opens the buckets of row `row` (`degree` entries from `begin`, at most
+// PYGIO_MINMAX_BUCKET_MAX_DEGREE): counts each entry's plain winners,
+// writes each entry's group and leaves s.cursor[e] at entry e's first
+// slot. Returns the row's plain winners. Every lane of the warp calls it
+// alike.
 template <typename Traits>
+__device__ __forceinline__ int open_buckets(const pygio_minmax_backward_params& p,
+                                            const GradBuckets<typename Traits::scalar_t>& b,
+                                            const RowBuckets<typename Traits::scalar_t>& s,
+                                            int64_t row, int64_t begin, int degree, int lane) {
+  for (int e = lane; e < degree; e += kWarpSize) s.cursor[e] = 0;
+  __syncwarp();
+  for (int64_t f = lane; f < p.width; f += kWarpSize) {
+    const int32_t code = load_code(p.arg, p.arg_bytes, row * p.width + f);
+    if (code >= 0 && code < degree) atomicAdd(s.cursor + code, 1);
+  }
+  __syncwarp();
+  int carry = 0;  // exclusive prefix sum of the counts, in place
+  for (int e0 = 0; e0 < degree; e0 += kWarpSize) {
+    const int e = e0 + lane;
+    const int count = e < degree ? s.cursor[e] : 0;
+    int sum = count;
+    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+      const int other = __shfl_up_sync(0xffffffffu, sum, offset);
+      if (lane >= offset) sum += other;
+    }
+    if (e < degree) {
+      s.cursor[e] = carry + sum - count;
+      b.groups[begin + e] = static_cast<uint32_t>(carry + sum - count) |
+                            (static_cast<uint32_t>(count) << 16);
+    }
+    carry += __shfl_sync(0xffffffffu, sum, kWarpSize - 1);
+  }
+  __syncwarp();
+  return carry;
+}
+
+// Stages every plain winner (its code the position in its row, of
+// `degree`) of this lane's piece in its entry's next slot (open_buckets);
+// sub-group 0's lanes only (the others hold the same pieces).
+template <typename Traits>
+__device__ __forceinline__ void stage_winner_gradients(
+    const RowBuckets<typename Traits::scalar_t>& s, WarpLayout layout, int lane, int64_t piece,
+    const GradPiece<Traits>& g, int degree) {
+  using scalar_t = typename Traits::scalar_t;
+  if (layout.sub_group(lane) != 0) return;
+#pragma unroll
+  for (int i = 0; i < Traits::kVec; ++i) {
+    if (g.code[i] >= 0 && g.code[i] < degree) {
+      const int slot = atomicAdd(s.cursor + g.code[i], 1);
+      s.features[slot] = static_cast<uint16_t>(piece * Traits::kVec + i);
+      s.grads[slot] = DTypeTraits<scalar_t>::store(g.grad[i]);
+    }
+  }
+}
+
+// Writes the row's `count` staged slots to the workspace, coalesced.
+template <typename scalar_t>
+__device__ __forceinline__ void write_buckets(const pygio_minmax_backward_params& p,
+                                              const GradBuckets<scalar_t>& b,
+                                              const RowBuckets<scalar_t>& s, int64_t row,
+                                              int count, int lane) {
+  __syncwarp();
+  for (int i = lane; i < count; i += kWarpSize) {
+    b.features[row * p.width + i] = s.features[i];
+    b.grads[row * p.width + i] = s.grads[i];
+  }
+  __syncwarp();
+}
+
+// Shared memory of a staged slot (the bucketed rows kernel's dynamic part:
+// a warp's width slots, every warp of the block).
+template <typename scalar_t>
+constexpr size_t kStagedSlotBytes = sizeof(scalar_t) + sizeof(uint16_t);
+
+// The rows the bucket rows kernel leaves to the atomics' kernel, which runs
+// after the source kernels have written acc: rows of more than
+// PYGIO_MINMAX_BUCKET_MAX_DEGREE entries (every element) and bucketed rows
+// with elements that walk (those elements).
+struct DeferredRows {
+  unsigned long long* count;  // zeroed
+  int64_t* rows;              // [num_rows]
+};
+
+__device__ __forceinline__ void defer_row(const DeferredRows& deferred, int64_t row, int lane) {
+  if (lane == 0) deferred.rows[atomicAdd(deferred.count, 1ull)] = row;
+}
+
+// acc (row stride acc_stride; zeroed, or with kDeferred stored by the
+// bucket path's source kernels) += the gradient of every output element of
+// the rows taken (every row; with kDeferred, the deferred rows): a warp per
+// row; plain elements with one atomicAdd each (add_winner_gradients; not
+// those of a deferred bucketed row, which are in its groups), the elements
+// that walk through add_walk_shares. Hub rows with walking elements are
+// registered for the chunk kernels instead of walked here.
+template <typename Traits, bool kDeferred>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_grad_rows_kernel(const __grid_constant__ pygio_minmax_backward_params p,
                             WarpLayout layout, const GradHubs<typename Traits::acc_t> hubs,
-                            typename Traits::acc_t* __restrict__ acc, int64_t acc_stride) {
+                            const DeferredRows deferred, typename Traits::acc_t* __restrict__ acc,
+                            int64_t acc_stride) {
   using index_t = typename Traits::index_t;
   constexpr int V = Traits::kVec;
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t pieces = p.width / V;
+  const int64_t num_rows = kDeferred ? static_cast<int64_t>(*deferred.count) : p.a.num_rows;
   int64_t hub_degree = -1;
   if (hubs.list.hubs != nullptr) {
     hub_degree = *p.hub_degree;
     if (hub_degree < PYGIO_MINMAX_MIN_HUB_DEGREE) hub_degree = PYGIO_MINMAX_MIN_HUB_DEGREE;
   }
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                     threadIdx.x / kWarpSize;
-       row < p.a.num_rows; row += warps) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                   threadIdx.x / kWarpSize;
+       i < num_rows; i += warps) {
+    const int64_t row = kDeferred ? deferred.rows[i] : i;
     const int64_t begin = rowptr[row], end = rowptr[row + 1];
     bool hub = false;
     if (hub_degree >= 0 && end - begin > hub_degree) {
@@ -503,16 +627,204 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       hub = __any_sync(0xffffffffu, any) &&
             register_hub(hubs.list, row, end - begin, hubs.chunk, lane);
     }
+    const bool winners = !kDeferred || end - begin > PYGIO_MINMAX_BUCKET_MAX_DEGREE;
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
       const bool active = piece < pieces;
       GradPiece<Traits> g;
       g.load(p, row, piece, active);
-      g.resolve_winners(p, begin, end);
-      add_winner_gradients<Traits>(p, layout, lane, base, g, acc, acc_stride);
+      if (winners) {
+        g.resolve_winners(p, begin, end);
+        add_winner_gradients<Traits>(p, layout, lane, base, g, acc, acc_stride);
+      }
       if (hub || !__any_sync(0xffffffffu, g.any_walk)) continue;
       add_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, acc, acc_stride);
     }
+  }
+}
+
+// The bucket path's first kernel, a warp per row: a row of at most
+// PYGIO_MINMAX_BUCKET_MAX_DEGREE entries stages its plain winners by entry
+// in shared memory and writes them as its entries' groups (open_buckets,
+// stage_winner_gradients, write_buckets) for the source kernels, and is
+// deferred where an element walks; a longer row is deferred whole.
+// Registers capped for three blocks an SM (H200, pokec-like D=512 fp32: an
+// earlier form of this kernel, walks included, took 6.40 ms at 104
+// registers and two blocks, 4.88 capped; this one 3.87).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, 3)
+    minmax_grad_bucket_rows_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                                   WarpLayout layout,
+                                   const GradBuckets<typename Traits::scalar_t> buckets,
+                                   const DeferredRows deferred) {
+  using scalar_t = typename Traits::scalar_t;
+  using index_t = typename Traits::index_t;
+  constexpr int V = Traits::kVec;
+  __shared__ int cursors[Traits::kWarpsPerBlock][PYGIO_MINMAX_BUCKET_MAX_DEGREE];
+  extern __shared__ __align__(16) unsigned char staged[];  // each warp's staged slots
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const RowBuckets<scalar_t> s{
+      cursors[warp],
+      reinterpret_cast<uint16_t*>(staged + Traits::kWarpsPerBlock * p.width * sizeof(scalar_t)) +
+          warp * p.width,
+      reinterpret_cast<scalar_t*>(staged) + warp * p.width};
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  const int64_t pieces = p.width / V;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + warp;
+       row < p.a.num_rows; row += warps) {
+    const int64_t begin = rowptr[row], end = rowptr[row + 1];
+    if (end - begin > PYGIO_MINMAX_BUCKET_MAX_DEGREE) {
+      defer_row(deferred, row, lane);
+      continue;
+    }
+    if (end == begin) continue;  // no element takes a gradient
+    const int degree = static_cast<int>(end - begin);
+    const int count = open_buckets<Traits>(p, buckets, s, row, begin, degree, lane);
+    bool walks = false;
+    for (int64_t base = 0; base < pieces; base += layout.lanes()) {
+      const int64_t piece = layout.piece(lane, base, 0);
+      GradPiece<Traits> g;
+      g.load(p, row, piece, piece < pieces);
+      stage_winner_gradients<Traits>(s, layout, lane, piece, g, degree);
+      walks = walks || g.any_walk;
+    }
+    write_buckets(p, buckets, s, row, count, lane);
+    if (__any_sync(0xffffffffu, walks)) defer_row(deferred, row, lane);
+  }
+}
+
+// sums[f] += the bucketed gradients of every CSR^T entry in [begin, end)
+// (its CSR entry's group, through perm_t; sums in shared memory, `width`
+// of them): lanes read 32 entries' groups at once, then take the slots of
+// all 32 groups as one list, a slot a lane (its group found by a binary
+// search over the groups' ends), kBucketUnroll slots a lane in flight.
+// Every lane of the warp calls it alike.
+constexpr int kBucketUnroll = 4;
+template <typename Traits>
+__device__ __forceinline__ void sum_entry_groups(const pygio_minmax_backward_params& p,
+                                                 const GradBuckets<typename Traits::scalar_t>& b,
+                                                 int64_t begin, int64_t end,
+                                                 typename Traits::acc_t* __restrict__ sums,
+                                                 int lane) {
+  using scalar_t = typename Traits::scalar_t;
+  using index_t = typename Traits::index_t;
+  constexpr int U = kBucketUnroll;
+  const auto* __restrict__ col_t = static_cast<const index_t*>(p.a_t.col);
+  const auto* __restrict__ perm_t = static_cast<const index_t*>(p.perm_t);
+  for (int64_t t0 = begin; t0 < end; t0 += kWarpSize) {
+    const int64_t t = t0 + lane;
+    uint32_t group = 0;
+    int64_t first = 0;  // the group's first slot in the workspace
+    if (t < end) {
+      group = b.groups[perm_t[t]];
+      first = static_cast<int64_t>(col_t[t]) * p.width + (group & 0xffffu);
+    }
+    const int length = static_cast<int>(group >> 16);
+    int ends = length;  // inclusive prefix sum of the lengths
+    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+      const int other = __shfl_up_sync(0xffffffffu, ends, offset);
+      if (lane >= offset) ends += other;
+    }
+    const int total = __shfl_sync(0xffffffffu, ends, kWarpSize - 1);
+    const long long start = first - (ends - length);  // slot k of the list at start + k
+    for (int k0 = 0; k0 < total; k0 += kWarpSize * U) {
+      uint16_t feature[U];
+      scalar_t grad[U];
+      bool valid[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int k = k0 + u * kWarpSize + lane;
+        int j = 0;  // the first lane whose end is past k
+        for (int step = kWarpSize / 2; step > 0; step >>= 1)
+          if (__shfl_sync(0xffffffffu, ends, j + step - 1) <= k) j += step;
+        const long long at = __shfl_sync(0xffffffffu, start, j) + k;
+        valid[u] = k < total;
+        if (valid[u]) feature[u] = b.features[at], grad[u] = b.grads[at];
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (valid[u]) atomicAdd(sums + feature[u], DTypeTraits<scalar_t>::load(grad[u]));
+    }
+  }
+  __syncwarp();
+}
+
+// The warp's `width` sums in the source kernels' dynamic shared memory.
+template <typename acc_t>
+__device__ __forceinline__ acc_t* warp_sums(int64_t width) {
+  extern __shared__ __align__(16) unsigned char bucket_sums[];
+  return reinterpret_cast<acc_t*>(bucket_sums) + (threadIdx.x / kWarpSize) * width;
+}
+
+// acc[u, :] = the bucketed gradients of source u's entries (CSR^T row u),
+// a warp per source, summed in shared memory and stored (every row of acc:
+// the bucket path does not zero it); a source of more than
+// PYGIO_MINMAX_BUCKET_SOURCE_CHUNK entries stores zeros and is registered
+// for minmax_grad_bucket_hubs_kernel instead (or, the list full, is done
+// here).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    minmax_grad_bucket_sources_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                                      const GradBuckets<typename Traits::scalar_t> buckets,
+                                      const HubList source_hubs,
+                                      typename Traits::acc_t* __restrict__ acc,
+                                      int64_t acc_stride) {
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
+  acc_t* __restrict__ sums = warp_sums<acc_t>(p.width);
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  for (int64_t f = lane; f < p.width; f += kWarpSize) sums[f] = 0;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                   threadIdx.x / kWarpSize;
+       u < p.a_t.num_rows; u += warps) {
+    const int64_t begin = rowptr_t[u], end = rowptr_t[u + 1];
+    const bool hub =
+        end - begin > PYGIO_MINMAX_BUCKET_SOURCE_CHUNK &&
+        register_hub(source_hubs, u, end - begin, PYGIO_MINMAX_BUCKET_SOURCE_CHUNK, lane);
+    if (!hub) sum_entry_groups<Traits>(p, buckets, begin, end, sums, lane);
+    for (int64_t f = lane; f < p.width; f += kWarpSize) {
+      acc[u * acc_stride + f] = sums[f];
+      sums[f] = 0;
+    }
+    __syncwarp();
+  }
+}
+
+// acc[u, :] += each chunk's bucketed gradients of the sources registered
+// by minmax_grad_bucket_sources_kernel (which stored their rows' zeros), a
+// warp per chunk, summed in shared memory and added with atomicAdd.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    minmax_grad_bucket_hubs_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                                   const GradBuckets<typename Traits::scalar_t> buckets,
+                                   const HubList source_hubs,
+                                   typename Traits::acc_t* __restrict__ acc,
+                                   int64_t acc_stride) {
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
+  acc_t* __restrict__ sums = warp_sums<acc_t>(p.width);
+  const int64_t num_hubs = hub_count(source_hubs);
+  const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(source_hubs) : 0;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  for (int64_t f = lane; f < p.width; f += kWarpSize) sums[f] = 0;
+  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                       threadIdx.x / kWarpSize;
+       chunk < num_chunks; chunk += warps) {
+    int64_t begin = 0, end = 0;
+    const int64_t slot = hub_chunk_range(source_hubs, num_hubs, rowptr_t, chunk,
+                                         PYGIO_MINMAX_BUCKET_SOURCE_CHUNK, &begin, &end);
+    const int64_t u = source_hubs.hubs[slot].row;
+    sum_entry_groups<Traits>(p, buckets, begin, end, sums, lane);
+    for (int64_t f = lane; f < p.width; f += kWarpSize) {
+      if (sums[f] != acc_t(0)) atomicAdd(acc + u * acc_stride + f, sums[f]);
+      sums[f] = 0;
+    }
+    __syncwarp();
   }
 }
 

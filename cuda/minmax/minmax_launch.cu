@@ -55,7 +55,9 @@ int64_t backward_hub_slots(const pygio_minmax_backward_params& p) {
 }
 
 // Layout: the fp32 accumulator of 16-bit grad_x (or, deterministic, every
-// element's share), then counter, hub matches (zeroed by one memset), hub list.
+// element's share), then counter, hub matches (zeroed by one memset), hub
+// list, then with buckets their groups (zeroed), features, gradients, two
+// counters (zeroed), the source hub list and the deferred rows.
 size_t backward_accumulator_bytes(const pygio_minmax_backward_params& p) {
   const size_t acc = accumulator_size(p.dtype);
   if (p.deterministic) return round_up(p.a.num_rows * p.width * acc);
@@ -64,11 +66,38 @@ size_t backward_accumulator_bytes(const pygio_minmax_backward_params& p) {
 size_t backward_zeroed_bytes(const pygio_minmax_backward_params& p) {
   return kAlign + round_up(backward_hub_slots(p) * p.width * accumulator_size(p.dtype));
 }
-size_t backward_workspace_bytes(const pygio_minmax_backward_params& p) {
+size_t backward_hubs_bytes(const pygio_minmax_backward_params& p) {
   const int64_t slots = backward_hub_slots(p);
-  const size_t hubs =
-      slots == 0 ? 0 : backward_zeroed_bytes(p) + round_up(slots * sizeof(HubEntry));
-  return backward_accumulator_bytes(p) + hubs;
+  return slots == 0 ? 0 : backward_zeroed_bytes(p) + round_up(slots * sizeof(HubEntry));
+}
+
+bool buckets(const pygio_minmax_backward_params& p) {
+  return !p.deterministic && p.perm_t != nullptr;
+}
+// Sources of more than the chunk's entries: at most nnz / (chunk + 1).
+int64_t bucket_source_slots(const pygio_minmax_backward_params& p) {
+  const int64_t bound = p.a.nnz / (PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + 1);
+  return bound < p.a.num_cols ? bound : p.a.num_cols;
+}
+struct BucketLayout {
+  // offsets: groups, features, gradients, the two counters (source hubs,
+  // deferred rows), the source hub list, the deferred rows, the end
+  size_t groups, features, grads, counters, source_hubs, deferred_rows, end;
+};
+BucketLayout bucket_layout(const pygio_minmax_backward_params& p) {
+  BucketLayout l{};
+  l.groups = backward_accumulator_bytes(p) + backward_hubs_bytes(p);
+  l.features = l.groups + round_up(p.a.nnz * sizeof(uint32_t));
+  l.grads = l.features + round_up(p.a.num_rows * p.width * sizeof(uint16_t));
+  l.counters = l.grads + round_up(p.a.num_rows * p.width * element_size(p.dtype));
+  l.source_hubs = l.counters + kAlign;
+  l.deferred_rows = l.source_hubs + round_up(bucket_source_slots(p) * sizeof(HubEntry));
+  l.end = l.deferred_rows + round_up(p.a.num_rows * sizeof(int64_t));
+  return l;
+}
+size_t backward_workspace_bytes(const pygio_minmax_backward_params& p) {
+  if (buckets(p)) return bucket_layout(p).end;
+  return backward_accumulator_bytes(p) + backward_hubs_bytes(p);
 }
 
 // Lanes spanning a row of `pieces` vectors: enough for them, at most a warp.
@@ -143,6 +172,49 @@ int launch_forward(const pygio_minmax_params& p, cudaStream_t stream) {
   return PYGIO_OK;
 }
 
+// The bucket path up to its deferred rows (pyg_ioaware.h): the bucket rows
+// kernel (its groups and the deferred rows, *deferred), then a warp per
+// source storing every row of acc, then a warp per chunk of the long
+// sources it registered; the source kernels' sums in dynamic shared memory.
+template <typename Traits>
+int launch_bucket_sums(const pygio_minmax_backward_params& p, WarpLayout layout,
+                       typename Traits::acc_t* acc, int64_t acc_stride, DeferredRows* deferred,
+                       cudaStream_t stream) {
+  using scalar_t = typename Traits::scalar_t;
+  auto* base = static_cast<char*>(p.workspace);
+  const BucketLayout l = bucket_layout(p);
+  const GradBuckets<scalar_t> state{reinterpret_cast<uint32_t*>(base + l.groups),
+                                    reinterpret_cast<uint16_t*>(base + l.features),
+                                    reinterpret_cast<scalar_t*>(base + l.grads)};
+  auto* counters = reinterpret_cast<unsigned long long*>(base + l.counters);
+  const HubList source_hubs{counters, reinterpret_cast<HubEntry*>(base + l.source_hubs),
+                            bucket_source_slots(p)};
+  *deferred = DeferredRows{counters + 1, reinterpret_cast<int64_t*>(base + l.deferred_rows)};
+  PYGIO_CHECK_CUDA(cudaMemsetAsync(base + l.groups, 0, l.features - l.groups, stream));
+  PYGIO_CHECK_CUDA(cudaMemsetAsync(counters, 0, kAlign, stream));
+  unsigned grid = 0;
+  PYGIO_TRY(resident_grid(minmax_grad_bucket_rows_kernel<Traits>, p.a.num_rows,
+                          Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
+  minmax_grad_bucket_rows_kernel<Traits>
+      <<<grid, Traits::kThreadsPerBlock,
+         Traits::kWarpsPerBlock * p.width * kStagedSlotBytes<scalar_t>, stream>>>(
+          p, layout, state, *deferred);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  const size_t sums = Traits::kWarpsPerBlock * p.width * sizeof(typename Traits::acc_t);
+  PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                          p.device, &grid));
+  minmax_grad_bucket_sources_kernel<Traits><<<grid, Traits::kThreadsPerBlock, sums, stream>>>(
+      p, state, source_hubs, acc, acc_stride);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  if (source_hubs.capacity == 0) return PYGIO_OK;
+  PYGIO_TRY(resident_grid(p.a.nnz / PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + source_hubs.capacity,
+                          Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
+  minmax_grad_bucket_hubs_kernel<Traits><<<grid, Traits::kThreadsPerBlock, sums, stream>>>(
+      p, state, source_hubs, acc, acc_stride);
+  PYGIO_CHECK_CUDA(cudaGetLastError());
+  return PYGIO_OK;
+}
+
 template <typename Traits>
 int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) {
   using acc_t = typename Traits::acc_t;
@@ -165,8 +237,11 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
   constexpr bool kDirect = sizeof(scalar_t) == sizeof(acc_t);  // grad_x is its own accumulator
   acc_t* acc = kDirect ? static_cast<acc_t*>(p.grad_x) : static_cast<acc_t*>(p.workspace);
   const int64_t acc_stride = kDirect ? p.grad_x_row_stride : p.width;
-  PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0, p.width * sizeof(acc_t),
-                                     p.a.num_cols, stream));
+  // The bucket path's source kernel stores every row of acc; else it is zeroed.
+  const bool bucketed = buckets(p) && p.a.num_rows > 0 && p.a.nnz > 0;
+  if (!bucketed)
+    PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0,
+                                       p.width * sizeof(acc_t), p.a.num_cols, stream));
   GradHubs<acc_t> hubs{HubList{nullptr, nullptr, 0}, nullptr, kMinMaxHubChunk};
   const int64_t slots = backward_hub_slots(p);
   if (slots > 0) {
@@ -187,15 +262,27 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
     // 16-bit rows keep the thread limit's grid: their ties make walks of
     // uneven cost, which the later waves' blocks balanced (one wave:
     // arxiv-like bf16 D=512 1.90 -> 2.03, though pokec-like 30.5 -> 29.5).
-    if constexpr (std::is_same_v<scalar_t, float>)
-      PYGIO_TRY(resident_grid(minmax_grad_rows_kernel<Traits>, p.a.num_rows,
-                              Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
-    else
-      PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                              p.device, &grid));
-    minmax_grad_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
-        p, layout, hubs, acc, acc_stride);
-    PYGIO_CHECK_CUDA(cudaGetLastError());
+    auto rows = [&](auto kernel, const DeferredRows& deferred) -> int {
+      if constexpr (std::is_same_v<scalar_t, float>)
+        PYGIO_TRY(resident_grid(kernel, p.a.num_rows, Traits::kWarpsPerBlock,
+                                Traits::kThreadsPerBlock, p.device, &grid));
+      else
+        PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                                p.device, &grid));
+      kernel<<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, hubs, deferred, acc,
+                                                            acc_stride);
+      PYGIO_CHECK_CUDA(cudaGetLastError());
+      return PYGIO_OK;
+    };
+    if (bucketed) {
+      if constexpr (sizeof(scalar_t) <= 4) {  // check_backward refuses float64
+        DeferredRows deferred{};
+        PYGIO_TRY(launch_bucket_sums<Traits>(p, layout, acc, acc_stride, &deferred, stream));
+        PYGIO_TRY(rows(minmax_grad_rows_kernel<Traits, true>, deferred));
+      }
+    } else {
+      PYGIO_TRY(rows(minmax_grad_rows_kernel<Traits, false>, DeferredRows{}));
+    }
     if (slots > 0) {
       PYGIO_TRY(resident_grid(p.a.nnz / hubs.chunk + slots, Traits::kWarpsPerBlock,
                               Traits::kThreadsPerBlock, p.device, &grid));
@@ -276,11 +363,18 @@ int check_backward(const pygio_minmax_backward_params& p, const char* entry) {
   PYGIO_TRY(check_common(p.dtype, p.reduce, p.a, p.width, entry));
   PYGIO_CHECK_ARG(p.deterministic == 0 || p.deterministic == 1,
                   entry_message(entry, "deterministic must be 0 or 1"));
-  if (p.deterministic) {
+  if (p.deterministic || buckets(p)) {
     PYGIO_TRY(check_csr(p.a_t, entry));
     PYGIO_CHECK_ARG(p.a_t.num_rows == p.a.num_cols && p.a_t.num_cols == p.a.num_rows &&
                         p.a_t.nnz == p.a.nnz && p.a_t.index_bits == p.a.index_bits,
                     entry_message(entry, "a_t must be the transpose of a"));
+  }
+  if (buckets(p)) {
+    PYGIO_CHECK_ARG(element_size(p.dtype) != 8,
+                    entry_message(entry, "buckets take float32, float16 or bfloat16"));
+    PYGIO_CHECK_ARG(p.width <= PYGIO_MINMAX_BUCKET_MAX_WIDTH,
+                    entry_message(entry, "buckets take at most PYGIO_MINMAX_BUCKET_MAX_WIDTH "
+                                         "features"));
   }
   if (p.a.num_cols == 0 || p.width == 0) return PYGIO_OK;
   PYGIO_CHECK_ARG(p.grad_x != nullptr, entry_message(entry, "grad_x must not be NULL"));
@@ -298,8 +392,10 @@ int check_backward(const pygio_minmax_backward_params& p, const char* entry) {
                   entry_message(entry, "arg_bytes must be 1 or 2"));
   PYGIO_TRY(check_row_stride(p.out_row_stride, p.width, "out", entry));
   PYGIO_TRY(check_row_stride(p.grad_out_row_stride, p.width, "grad_out", entry));
-  PYGIO_CHECK_ARG(p.deterministic == 0 || p.a_t.rowptr != nullptr,
+  PYGIO_CHECK_ARG((p.deterministic == 0 && !buckets(p)) || p.a_t.rowptr != nullptr,
                   entry_message(entry, "a_t.rowptr must not be NULL"));
+  PYGIO_CHECK_ARG(!buckets(p) || p.a.nnz == 0 || p.a_t.col != nullptr,
+                  entry_message(entry, "a_t.col must not be NULL"));
   if (p.a.nnz == 0) return PYGIO_OK;
   PYGIO_CHECK_ARG(p.x != nullptr, entry_message(entry, "x must not be NULL"));
   PYGIO_TRY(check_row_stride(p.x_row_stride, p.width, "x", entry));

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 LIBRARY_NAME = "libpyg_ioaware_native.so"
-ABI_VERSION = 8
+ABI_VERSION = 9
 ENV_LIBRARY_PATH = "PYG_IOAWARE_NATIVE_LIB"
 
 DTYPE_CODES = {
@@ -179,6 +179,7 @@ class MinmaxBackwardParams(ctypes.Structure):
         ("grad_x_row_stride", ctypes.c_int64),
         ("workspace", ctypes.c_void_p),
         ("stream", ctypes.c_void_p),
+        ("perm_t", ctypes.c_void_p),
     ]
 
 
@@ -899,28 +900,35 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
                     out: Tensor, arg: Tensor, grad_out: Tensor, reduce: str,
                     hub_degree: Optional[Tensor], max_hubs: int, grad_x: Tensor) -> None:
     """Enqueues grad_x = the gradient of pygio_minmax's out through its arg
-    on torch's current stream (contract: pygio_minmax_backward):
-    deterministic where ``transpose`` (rowptr_t, col_t, the CSR^T) is given,
-    else with atomics, rows above ``hub_degree`` walking in chunks."""
+    on torch's current stream (contract: pygio_minmax_backward): where
+    ``transpose`` is (rowptr_t, col_t), the CSR^T, deterministic; where it
+    is (rowptr_t, col_t, perm_t), CSR^T position -> CSR position, the plain
+    winners bucketed and gathered per source; else with atomics; rows above
+    ``hub_degree`` walking in chunks."""
+    rowptr_t, col_t, perm_t = (tuple(transpose) + (None,) * 3)[:3] if transpose else (None,) * 3
+    if perm_t is not None and (perm_t.dtype != col_t.dtype or perm_t.numel() != col_t.numel()
+                               or not perm_t.is_contiguous()):
+        raise ValueError("minmax_backward: perm_t must be a contiguous permutation of the "
+                         "CSR^T's entries in its index dtype")
     host = _native_host.active()
     if host is not None:
         _check_launch(rowptr, col, (x, "x"), (out, "out"), (grad_out, "grad_out"),
                       (grad_x, "grad_x"))
         if transpose is not None:
-            _check_launch(*transpose)
-        rowptr_t, col_t = (None, None) if transpose is None else transpose
-        _host_call(host.minmax_backward, rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
-                   REDUCE_CODES[reduce], hub_degree, max_hubs, grad_x)
+            _check_launch(rowptr_t, col_t)
+        _host_call(host.minmax_backward, rowptr, col, rowptr_t, col_t, perm_t, x, out, arg,
+                   grad_out, REDUCE_CODES[reduce], hub_degree, max_hubs, grad_x)
         return
     lib = library()
     num_rows = rowptr.numel() - 1
     a_t = Csr(index_bits=index_bits(rowptr.dtype))
     if transpose is not None:
-        a_t = _csr(transpose[0], transpose[1], num_rows)
+        a_t = _csr(rowptr_t, col_t, num_rows)
     params = MinmaxBackwardParams(
         struct_size=ctypes.sizeof(MinmaxBackwardParams), dtype=_dtype_code(x.dtype),
         device=x.device.index, reduce=REDUCE_CODES[reduce],
-        deterministic=int(transpose is not None), a=_csr(rowptr, col, x.size(0)), a_t=a_t,
+        deterministic=int(transpose is not None and perm_t is None),
+        a=_csr(rowptr, col, x.size(0)), a_t=a_t, perm_t=pointer(perm_t),
         width=x.size(1), hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
         x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),
         out=out.data_ptr(), out_row_stride=_row_stride(out, "out"), arg=pointer(arg),

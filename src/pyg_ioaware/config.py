@@ -30,6 +30,23 @@
     graphs past int32's range take (for tests of that path). Off by
     default; PYG_IOAWARE_FORCE_INT64_INDICES=1 turns it on.
 
+``minmax_backward``: how the min / max backward adds each output's
+    gradient to its winning source.
+    ``"auto"`` (default): ``"buckets"`` where ops.minmax.backward_buckets
+    finds them faster (float32, at least 4 entries a destination on
+    average, and a source gradient of at least 32 L2 caches: 2 GB on an
+    H200), else ``"atomics"``.
+    ``"atomics"``: one atomicAdd a plain winner, straight into the
+    gradient (no extra memory).
+    ``"buckets"``: the plain winners written grouped by entry, then summed
+    per source over the graph's CSR^T (built on first need) and added to
+    each source's row once: no scattered read-modify-write an element, for
+    a workspace of 6 (float32) or 4 (16-bit) bytes an output element, 4 an
+    edge and 8 a node. CUDA float32 / 16-bit features of at most 512 columns;
+    elsewhere (and with torch.use_deterministic_algorithms(True)) the
+    other paths run.
+    Set from the environment variable PYG_IOAWARE_MINMAX_BACKWARD too.
+
 ``autotune``: time every supported backend the first time a shape class is
     met and keep the fastest (persisted; see ops.tuning). Off by default: the
     heuristic choice costs nothing. Also on with PYG_IOAWARE_AUTOTUNE=1.
@@ -42,6 +59,13 @@ spmm_backward = os.environ.get("PYG_IOAWARE_SPMM_BACKWARD", "auto")
 if spmm_backward not in SPMM_BACKWARD_MODES:
     raise ValueError(f"PYG_IOAWARE_SPMM_BACKWARD={spmm_backward!r}: expected one of "
                      f"{SPMM_BACKWARD_MODES}")
+
+MINMAX_BACKWARD_MODES = ("auto", "atomics", "buckets")
+
+minmax_backward = os.environ.get("PYG_IOAWARE_MINMAX_BACKWARD", "auto")
+if minmax_backward not in MINMAX_BACKWARD_MODES:
+    raise ValueError(f"PYG_IOAWARE_MINMAX_BACKWARD={minmax_backward!r}: expected one of "
+                     f"{MINMAX_BACKWARD_MODES}")
 
 autotune = False
 

@@ -21,8 +21,8 @@ import math
 
 import pytest
 import torch
-from _helpers import (PROPERTY_GRAPHS, TOLERANCE, cap_hub_lists, native_required,
-                      property_case, random_graph, seed_of)
+from _helpers import (PROPERTY_GRAPHS, TOLERANCE, cap_hub_lists, cuda_kernel_names, hubs_graph,
+                      native_required, property_case, random_graph, seed_of)
 from torch_geometric.utils import scatter
 
 from pyg_ioaware import Graph, _native, config, ops
@@ -123,15 +123,18 @@ def assert_same_values(got, want, dtype=None):
 
 
 def assert_grad_close(got, want, bound, dtype):
-    """got within TOLERANCE[dtype] x (sum of |shares|) of want, elementwise,
-    NaN exactly where want has NaN (an element no share reaches must be 0)."""
+    """got within TOLERANCE[dtype] x (sum of |shares|) of want, plus the
+    spacing of dtype's subnormals (a share rounded to one is off by up to
+    half of it), elementwise, NaN exactly where want has NaN (an element no
+    share reaches must be 0)."""
     assert got.dtype == dtype
     got = got.detach().double().cpu()
     assert got.shape == want.shape, (got.shape, want.shape)
     nan = want.isnan()
     assert torch.equal(got.isnan(), nan), "NaN gradients in different places"
     error = (got - want).abs().masked_fill(nan, 0.0)
-    allowed = TOLERANCE[dtype] * bound.masked_fill(nan, 0.0)
+    info = torch.finfo(dtype)
+    allowed = TOLERANCE[dtype] * bound.masked_fill(nan, 0.0) + info.smallest_normal * info.eps
     bad = error > allowed
     assert not bad.any(), (f"{int(bad.sum())} gradients off, first at "
                            f"{bad.nonzero()[0].tolist()}: {got[bad][:4]} vs {want[bad][:4]}")
@@ -190,7 +193,9 @@ def grad_values(num, width, dtype, gen):
 # ------------------------------------------------------- the property case
 def run_property_case(name, reduce, width, dtype, kind, device, index_dtype):
     """ops.aggregate with autograd, the raw forward op (out, arg) and the raw
-    backward op (atomic and CSR^T), each against PyG's float64 result."""
+    backward op (atomic and CSR^T), and on CUDA the bucketed backward (the
+    backward kernels with the CSR^T's permutation), each against PyG's
+    float64 result."""
     seed = seed_of("minmax", name, reduce, width, dtype, kind)
     edge_index, num_src, num_dst = property_case(name, seed)
     gen = torch.Generator().manual_seed(seed)
@@ -219,6 +224,18 @@ def run_property_case(name, reduce, width, dtype, kind, device, index_dtype):
             gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x_dev, o, arg, grad_dev,
                              reduce)
             assert_grad_close(gx, ref_grad, bound, dtype)
+        if takes_buckets(x_dev):
+            gx = mm._minmax_backward_kernel(graph.rowptr, graph.col, transpose.rowptr,
+                                            transpose.col, x_dev, o, arg, grad_dev, reduce,
+                                            transpose.perm)
+            assert_grad_close(gx, ref_grad, bound, dtype)
+
+
+def takes_buckets(x):
+    """Whether the bucketed backward takes features x (CUDA, not float64,
+    1 to BUCKET_MAX_WIDTH columns)."""
+    return (x.is_cuda and x.dtype != torch.float64
+            and 0 < x.size(1) <= mm.BUCKET_MAX_WIDTH)
 
 
 # CPU: every dtype and the odd widths over tie-heavy inputs, plus distinct values.
@@ -897,6 +914,97 @@ def test_cuda_deterministic_backward(reduce, dtype, monkeypatch):
         for got in (atomic, first):
             assert_grad_close(got, ref_grad, bound, dtype)
         assert_grad_close(first, atomic.double().cpu(), bound, dtype)
+
+
+# ------------------------------------------------------ bucketed backward
+@pytest.mark.cuda
+@pytest.mark.parametrize("index_width", [32, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_sanitizer_bucketed_backward(reduce, dtype, index_width, monkeypatch):
+    """config.minmax_backward = "buckets": graph_minmax's backward (the C++
+    node and the Python Function) writes the plain winners grouped by entry
+    and gathers them per source over the CSR^T, against PyG in float64, on
+    a graph with sources of far more entries than a chunk (each walked in
+    chunks: 3000, 700 and 257 entries; 256 is not split), destinations of
+    more entries than a bucketed row holds (their winners take atomics),
+    ties, special values, degree-0 nodes and duplicate edges; odd widths
+    and the widest bucketed width. "atomics" gives the same gradients."""
+    check_native("cuda")
+    if index_width == 64:
+        monkeypatch.setattr(config, "force_int64_indices", True)
+    seed = seed_of("minmax-buckets", reduce, dtype, index_width)
+    gen = torch.Generator().manual_seed(seed)
+    num_src, num_dst = 900, 700
+    edge_index = hubs_graph(num_src, num_dst, 12000, seed, dst_hubs=[(5, 300), (9, 257)],
+                            src_hubs=[(1, 3000), (2, 700), (3, 257), (4, 256)], gen=gen)
+    paths = []
+
+    def spy(rowptr, col, transpose, *rest):
+        paths.append(None if transpose is None else len(transpose))
+        return NATIVE_MINMAX_BACKWARD(rowptr, col, transpose, *rest)
+    monkeypatch.setattr(_native, "minmax_backward", spy)
+    for width, kind in ((1, "ties"), (17, "special"), (130, "ties"), (64, "distinct"),
+                        (mm.BUCKET_MAX_WIDTH, "ties")):
+        x = features(num_src, width, kind, dtype, gen)
+        grad = grad_values(num_dst, width, dtype, gen)
+        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), num_dst, reduce,
+                                                 grad.double())
+        gradients = {}
+        for mode, native_host in (("buckets", True), ("buckets", False), ("atomics", False)):
+            monkeypatch.setattr(config, "minmax_backward", mode)
+            monkeypatch.setattr(config, "native_host", native_host)
+            graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_dst))
+            xx = x.cuda().requires_grad_()
+            out = graph_minmax(graph, xx, reduce)
+            assert_same_values(out, ref_out, dtype)
+            (gradients[mode, native_host],) = torch.autograd.grad(out, xx, grad.cuda())
+            assert_grad_close(gradients[mode, native_host], ref_grad, bound, dtype)
+        assert_grad_close(gradients["buckets", True], gradients["atomics", False].double().cpu(),
+                          bound, dtype)
+    # The Python Function's launches (the C++ node's go to the library
+    # directly: test_backward_buckets_choice sees their kernels).
+    assert 3 in paths and None in paths
+
+
+@pytest.mark.cuda
+def test_backward_buckets_choice(monkeypatch):
+    """config.minmax_backward: "atomics" never buckets, "buckets" wherever
+    the kernels take the features, "auto" only where the in-degree and the
+    source gradient's size call for it; float64, too wide, CPU: never. The
+    C++ node's backward launches the bucket kernels exactly when chosen."""
+    check_native("cuda")
+    graph = Graph.from_edge_index(random_graph(300, 300, 3000, seed=7).cuda(), 300)
+    for mode in ("buckets", "atomics"):
+        monkeypatch.setattr(config, "minmax_backward", mode)
+        xx = torch.randn(300, 64, device="cuda", requires_grad=True)
+        names, _ = cuda_kernel_names(lambda: graph_minmax(graph, xx, "max").sum().backward())
+        assert any("minmax_grad_bucket_sources_kernel" in n for n in names) == (mode == "buckets")
+    dense = Graph.from_edge_index(torch.tensor([[0, 1], [1, 0]], device="cuda").repeat(1, 8), 2)
+    x = torch.zeros(2, 64, device="cuda")
+    for mode, want in (("atomics", False), ("buckets", True), ("auto", False)):
+        monkeypatch.setattr(config, "minmax_backward", mode)
+        assert mm.backward_buckets(dense, x) is want
+    monkeypatch.setattr(config, "minmax_backward", "buckets")
+    assert not mm.backward_buckets(dense, x.double())
+    assert not mm.backward_buckets(dense, torch.zeros(2, mm.BUCKET_MAX_WIDTH + 1, device="cuda"))
+    assert not mm.backward_buckets(dense, x.cpu())
+    monkeypatch.setattr(config, "minmax_backward", "auto")
+    # BUCKET_MIN_DEGREE entries a destination and a float32 gradient of
+    # BUCKET_MIN_L2_MULTIPLE L2 caches: buckets, for float32 features only.
+    num_src = mm.BUCKET_MIN_L2_MULTIPLE * mm._l2_bytes(x.device) // (4 * 64) + 1
+    entries = 2 * mm.BUCKET_MIN_DEGREE
+    big = Graph.from_edge_index(torch.zeros(2, entries, dtype=torch.long, device="cuda"),
+                                (num_src, 2))
+    assert mm.backward_buckets(big, x)
+    assert not mm.backward_buckets(big, x.bfloat16())
+    sparse = Graph.from_edge_index(torch.zeros(2, entries - 1, dtype=torch.long, device="cuda"),
+                                   (num_src, 2))
+    assert not mm.backward_buckets(sparse, x)
+    small = Graph.from_edge_index(torch.zeros(2, entries, dtype=torch.long, device="cuda"),
+                                  (num_src - 2, 2))
+    assert not mm.backward_buckets(small, x)
 
 
 # ------------------------------------------------------------ CPU training

@@ -26,6 +26,13 @@ walk on long rows, never a wrong gradient.
     f] is 0; NaN to every entry of a NaN result. With the CSR^T (rowptr_t,
     col_t) it sums in a fixed order without atomics (deterministic).
 
+The differentiable form's CUDA backward adds a plain winner's gradient to
+its source with one atomicAdd, or, where :func:`backward_buckets` chooses
+(``config.minmax_backward``), writes the plain winners grouped by entry and
+gathers them per source over the graph's CSR^T: no scattered
+read-modify-write an element where the source gradient is far larger than
+L2, for a workspace of 4-6 bytes an output element.
+
 On CUDA the kernels of cuda/minmax run: light rows a warp each with 16-byte
 loads, rows above the ``hub_quantile`` degree quantile (0.99 by default,
 cached beside the structure) split into 256-entry chunks over all SMs and
@@ -47,7 +54,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .. import _native, _native_host
+from .. import _native, _native_host, config
 from ..graph import INT32_LIMIT, entry_rows
 from . import checks
 from .dispatch import accumulator_dtype, eager_or_op, native_ready
@@ -220,12 +227,17 @@ def _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg,
 
 
 def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
-                            reduce) -> Tensor:
+                            reduce, perm_t: Optional[Tensor] = None) -> Tensor:
+    """The backward's kernels (or the reference off CUDA): deterministic
+    with the CSR^T (rowptr_t, col_t), bucketed with its perm_t too (CSR^T
+    position -> CSR position; :func:`backward_buckets`), else atomics."""
     if not native_ready(x.device):
         return minmax_backward_reference(rowptr, col, x, out, arg, grad_out)
     x, out, grad_out = rows_readable(x), rows_readable(out), rows_readable(grad_out)
     grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    transpose = None if rowptr_t is None else (rowptr_t, col_t)
+    transpose = None
+    if rowptr_t is not None:
+        transpose = (rowptr_t, col_t) if perm_t is None else (rowptr_t, col_t, perm_t)
     degree, max_hubs = hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE)
     _native.minmax_backward(rowptr, col, transpose, x, out, _arg_readable(arg), grad_out, reduce,
                             degree, max_hubs, grad_x)
@@ -317,11 +329,58 @@ minmax_trusted = eager_or_op(_minmax_kernel, neighbor_minmax)
 minmax_backward_trusted = eager_or_op(_minmax_backward_kernel, neighbor_minmax_backward)
 
 
+#: The bucketed backward takes at most this many features (pyg_ioaware.h:
+#: PYGIO_MINMAX_BUCKET_MAX_WIDTH; a warp's sums live in shared memory).
+BUCKET_MAX_WIDTH = 512
+#: "auto" buckets float32 features (16-bit backwards spend their time in
+#: the ties' walks, which buckets do not shorten) where destinations average
+#: at least this many entries (fewer: one row's winners share few sources,
+#: and its atomics fall on few 32-byte sectors) ...
+BUCKET_MIN_DEGREE = 4
+#: ... and the source gradient (float32) is at least this many times the
+#: GPU's L2 cache. Timed on an H200 (60 MiB of L2; docs/results.md): faster
+#: at 3.3 and 5.9 GB (pokec-like and web-like, D=512), slower at 0.35-1.5
+#: GB (arxiv-like D=512, pokec-like and web-like D=128) and below.
+BUCKET_MIN_L2_MULTIPLE = 32
+
+
+def backward_buckets(graph, x: Tensor) -> bool:
+    """Whether the min / max backward of ``x`` over ``graph`` buckets its
+    plain winners and gathers them per source over the CSR^T
+    (``config.minmax_backward``): never off CUDA, for float64 or for more
+    than BUCKET_MAX_WIDTH features, nor traced (the CSR^T and its
+    permutation are eager state); "auto": float32 features where the
+    average in-degree is at least BUCKET_MIN_DEGREE and the source gradient
+    at least BUCKET_MIN_L2_MULTIPLE times the L2 cache."""
+    mode = config.minmax_backward
+    if (mode == "atomics" or not x.is_cuda or x.dtype == torch.float64 or x.dim() != 2
+            or not 0 < x.size(1) <= BUCKET_MAX_WIDTH or torch.compiler.is_compiling()):
+        return False
+    if mode == "buckets":
+        return True
+    if x.dtype != torch.float32 or graph.num_edges < BUCKET_MIN_DEGREE * graph.num_dst:
+        return False
+    gradient_bytes = graph.num_src * x.size(1) * 4
+    return gradient_bytes >= BUCKET_MIN_L2_MULTIPLE * _l2_bytes(x.device)
+
+
+_L2_BYTES = {}
+
+
+def _l2_bytes(device: torch.device) -> int:
+    """The L2 cache size of a CUDA device (asked once a device)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _L2_BYTES:
+        _L2_BYTES[index] = torch.cuda.get_device_properties(index).L2_cache_size
+    return _L2_BYTES[index]
+
+
 class MinMaxFunction(torch.autograd.Function):
     """Differentiable out = neighbor_minmax(graph, x): forward saves x, out
     and arg (O(N x C) codes of one byte where the graph's rows are known to
     be short enough (:func:`arg_bytes_for`), else two; no edge tensor);
-    backward scatters through arg, or,
+    backward scatters through arg (with atomics, or bucketed and gathered
+    over the graph's CSR^T where :func:`backward_buckets` chose so), or,
     where torch.are_deterministic_algorithms_enabled(), sums over the
     graph's CSR^T in a fixed order. Not twice differentiable."""
 
@@ -330,6 +389,7 @@ class MinMaxFunction(torch.autograd.Function):
         out, arg = minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, True,
                                   arg_bytes_for(graph.rowptr))
         ctx.graph, ctx.reduce = graph, reduce
+        ctx.buckets = backward_buckets(graph, x)
         ctx.save_for_backward(x, out, arg)
         return out
 
@@ -338,11 +398,18 @@ class MinMaxFunction(torch.autograd.Function):
     def backward(ctx, grad_out):
         x, out, arg = ctx.saved_tensors
         graph = ctx.graph
-        rowptr_t = col_t = None
+        rowptr_t = col_t = perm_t = None
         if torch.are_deterministic_algorithms_enabled() and x.is_cuda:
             rowptr_t, col_t = graph.transpose.rowptr, graph.transpose.col
-        grad_x = minmax_backward_trusted(graph.rowptr, graph.col, rowptr_t, col_t, x, out, arg,
-                                         grad_out, ctx.reduce)
+        elif ctx.buckets:
+            transpose = graph.transpose
+            rowptr_t, col_t, perm_t = transpose.rowptr, transpose.col, transpose.perm
+        if perm_t is None:
+            grad_x = minmax_backward_trusted(graph.rowptr, graph.col, rowptr_t, col_t, x, out,
+                                             arg, grad_out, ctx.reduce)
+        else:
+            grad_x = _minmax_backward_kernel(graph.rowptr, graph.col, rowptr_t, col_t, x, out,
+                                             arg, grad_out, ctx.reduce, perm_t)
         return None, grad_x, None, None
 
 
@@ -363,7 +430,8 @@ def native_minmax_operand(graph, x: Tensor, reduce: str,
                           hub_quantile: float) -> Optional[Tuple[object, tuple]]:
     """(the host extension, the operand's arguments: rowptr, col, the
     reduce code, the forward's and the backward's hub splits, the arg
-    width, the graph) where the C++ min / max autograd takes ``x`` over
+    width, the graph, whether the backward buckets (:func:`backward_buckets`))
+    where the C++ min / max autograd takes ``x`` over
     ``graph``: eagerly on CUDA with config.native_host on and the extension
     loaded; else None."""
     extension = _native_host.active()
@@ -374,7 +442,8 @@ def native_minmax_operand(graph, x: Tensor, reduce: str,
     backward_split = ((degree, max_hubs) if hub_quantile == DEFAULT_HUB_QUANTILE
                       else hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE))
     return extension, (rowptr, col, _native.REDUCE_CODES[reduce], degree, max_hubs,
-                       *backward_split, arg_bytes_for(rowptr), graph)
+                       *backward_split, arg_bytes_for(rowptr), graph,
+                       backward_buckets(graph, x))
 
 
 def native_autograd_minmax(graph, x: Tensor, reduce: str,

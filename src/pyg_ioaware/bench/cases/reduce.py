@@ -143,10 +143,12 @@ def _aggr_pyg(reduce: str) -> Callable[[Workload, Impl], Impl]:
 def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Kernel]]:
     """The min / max kernels alone on the cached Graph: the forward without
     and with arg, the backward from one forward's out and arg (and on CUDA
-    the deterministic backward over the CSR^T)."""
+    the deterministic backward over the CSR^T, and the bucketed one where
+    its kernels take the features: ops.minmax.backward_buckets)."""
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph
-        from pyg_ioaware.ops.minmax import (DEFAULT_HUB_QUANTILE, minmax_backward_trusted,
+        from pyg_ioaware.ops.minmax import (BUCKET_MAX_WIDTH, DEFAULT_HUB_QUANTILE,
+                                            _minmax_backward_kernel, minmax_backward_trusted,
                                             minmax_trusted, narrowest_arg_bytes)
 
         dtype = feature_dtype(work.precision)
@@ -180,6 +182,12 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
                                   lambda: minmax_backward_trusted(rowptr, col, t.rowptr, t.col,
                                                                   x, out, arg, g, reduce),
                                   bwd, {"split": split}))
+            if dtype != torch.float64 and channels <= BUCKET_MAX_WIDTH:
+                kernels.append(Kernel(f"{reduce} bwd buckets (CSR^T)",
+                                      lambda: _minmax_backward_kernel(
+                                          rowptr, col, t.rowptr, t.col, x, out, arg, g, reduce,
+                                          t.perm),
+                                      bwd, {"split": split}))
         return kernels
 
     return make
