@@ -72,7 +72,7 @@ def main() -> None:
                         help="family:SHAPE, comma separated (gatv2:2x64, min:512)")
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--kernels", default="fwd,fwd+arg,bwd,buckets",
-                        help="which of fwd, fwd+arg, weights, bwd, deterministic to time")
+                        help="which of fwd, fwd+arg, weights, bwd, deterministic, buckets to time")
     parser.add_argument("--scale", type=float, default=1.0, help="suite graph size factor")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--breakdown", action="store_true",

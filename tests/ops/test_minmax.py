@@ -224,18 +224,12 @@ def run_property_case(name, reduce, width, dtype, kind, device, index_dtype):
             gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x_dev, o, arg, grad_dev,
                              reduce)
             assert_grad_close(gx, ref_grad, bound, dtype)
-        if takes_buckets(x_dev):
+        if mm.bucket_kernels_take(x_dev):
             gx = mm._minmax_backward_kernel(graph.rowptr, graph.col, transpose.rowptr,
                                             transpose.col, x_dev, o, arg, grad_dev, reduce,
                                             transpose.perm)
             assert_grad_close(gx, ref_grad, bound, dtype)
 
-
-def takes_buckets(x):
-    """Whether the bucketed backward takes features x (CUDA, not float64,
-    1 to BUCKET_MAX_WIDTH columns)."""
-    return (x.is_cuda and x.dtype != torch.float64
-            and 0 < x.size(1) <= mm.BUCKET_MAX_WIDTH)
 
 
 # CPU: every dtype and the odd widths over tie-heavy inputs, plus distinct values.

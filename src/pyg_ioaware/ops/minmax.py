@@ -47,6 +47,7 @@ access.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional, Tuple
 
@@ -344,17 +345,24 @@ BUCKET_MIN_DEGREE = 4
 BUCKET_MIN_L2_MULTIPLE = 32
 
 
+def bucket_kernels_take(x: Tensor) -> bool:
+    """Whether the bucketed backward's kernels take features ``x``
+    (pyg_ioaware.h): 2-D CUDA float32 / 16-bit, 1 to BUCKET_MAX_WIDTH
+    columns."""
+    return (x.is_cuda and x.dtype != torch.float64 and x.dim() == 2
+            and 0 < x.size(1) <= BUCKET_MAX_WIDTH)
+
+
 def backward_buckets(graph, x: Tensor) -> bool:
     """Whether the min / max backward of ``x`` over ``graph`` buckets its
     plain winners and gathers them per source over the CSR^T
-    (``config.minmax_backward``): never off CUDA, for float64 or for more
-    than BUCKET_MAX_WIDTH features, nor traced (the CSR^T and its
-    permutation are eager state); "auto": float32 features where the
-    average in-degree is at least BUCKET_MIN_DEGREE and the source gradient
-    at least BUCKET_MIN_L2_MULTIPLE times the L2 cache."""
+    (``config.minmax_backward``): only where :func:`bucket_kernels_take`
+    ``x`` and not traced (the CSR^T and its permutation are eager state);
+    "auto": float32 features where the average in-degree is at least
+    BUCKET_MIN_DEGREE and the source gradient at least
+    BUCKET_MIN_L2_MULTIPLE times the L2 cache."""
     mode = config.minmax_backward
-    if (mode == "atomics" or not x.is_cuda or x.dtype == torch.float64 or x.dim() != 2
-            or not 0 < x.size(1) <= BUCKET_MAX_WIDTH or torch.compiler.is_compiling()):
+    if mode == "atomics" or not bucket_kernels_take(x) or torch.compiler.is_compiling():
         return False
     if mode == "buckets":
         return True
@@ -364,15 +372,15 @@ def backward_buckets(graph, x: Tensor) -> bool:
     return gradient_bytes >= BUCKET_MIN_L2_MULTIPLE * _l2_bytes(x.device)
 
 
-_L2_BYTES = {}
-
-
 def _l2_bytes(device: torch.device) -> int:
-    """The L2 cache size of a CUDA device (asked once a device)."""
+    """The L2 cache size of a CUDA device."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _L2_BYTES:
-        _L2_BYTES[index] = torch.cuda.get_device_properties(index).L2_cache_size
-    return _L2_BYTES[index]
+    return _device_l2_bytes(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_l2_bytes(index: int) -> int:
+    return torch.cuda.get_device_properties(index).L2_cache_size
 
 
 class MinMaxFunction(torch.autograd.Function):

@@ -144,11 +144,11 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
     """The min / max kernels alone on the cached Graph: the forward without
     and with arg, the backward from one forward's out and arg (and on CUDA
     the deterministic backward over the CSR^T, and the bucketed one where
-    its kernels take the features: ops.minmax.backward_buckets)."""
+    its kernels take the features: ops.minmax.bucket_kernels_take)."""
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph
-        from pyg_ioaware.ops.minmax import (BUCKET_MAX_WIDTH, DEFAULT_HUB_QUANTILE,
-                                            _minmax_backward_kernel, minmax_backward_trusted,
+        from pyg_ioaware.ops.minmax import (DEFAULT_HUB_QUANTILE, _minmax_backward_kernel,
+                                            bucket_kernels_take, minmax_backward_trusted,
                                             minmax_trusted, narrowest_arg_bytes)
 
         dtype = feature_dtype(work.precision)
@@ -182,7 +182,7 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
                                   lambda: minmax_backward_trusted(rowptr, col, t.rowptr, t.col,
                                                                   x, out, arg, g, reduce),
                                   bwd, {"split": split}))
-            if dtype != torch.float64 and channels <= BUCKET_MAX_WIDTH:
+            if bucket_kernels_take(x):
                 kernels.append(Kernel(f"{reduce} bwd buckets (CSR^T)",
                                       lambda: _minmax_backward_kernel(
                                           rowptr, col, t.rowptr, t.col, x, out, arg, g, reduce,
