@@ -28,7 +28,8 @@ void minmax(const torch::Tensor& rowptr, const torch::Tensor& col, const torch::
 
 void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
                      const torch::Tensor& rowptr_t, const torch::Tensor& col_t,
-                     const torch::Tensor& perm_t, const torch::Tensor& x, const torch::Tensor& out, const torch::Tensor& arg,
+                     const torch::Tensor& perm_t, const torch::Tensor& x,
+                     const torch::Tensor& out, const torch::Tensor& arg,
                      const torch::Tensor& grad_out, int64_t reduce,
                      const torch::Tensor& hub_degree, int64_t max_hubs,
                      const torch::Tensor& grad_x) {

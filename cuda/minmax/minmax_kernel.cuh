@@ -28,11 +28,11 @@
 //    minmax_grad_bucket_rows_kernel writes the plain winners of rows of at
 //    most PYGIO_MINMAX_BUCKET_MAX_DEGREE entries grouped by entry (staged
 //    in shared memory) and defers longer rows and rows with elements that
-//    walk; minmax_grad_bucket_sources_kernel sums, a warp per source
-//    (CSR^T row), the groups of its entries in shared memory and stores its
-//    row; minmax_grad_bucket_hubs_kernel adds chunks of long sources with
-//    atomicAdd; then minmax_grad_rows_kernel over the deferred rows (and
-//    the hub kernels) as above;
+//    walk; minmax_grad_bucket_sums_kernel sums, a warp per source (CSR^T
+//    row), the groups of its entries in shared memory and stores its row,
+//    then (kChunks) adds chunks of long sources with atomicAdd; then
+//    minmax_grad_rows_kernel over the deferred rows (and the hub kernels)
+//    as above;
 //  - deterministic: minmax_share_kernel (each element's share of its
 //    gradient) then minmax_gather_grad_kernel (a warp per source row of
 //    CSR^T, every element summed in one lane in CSR^T order).
@@ -750,78 +750,54 @@ __device__ __forceinline__ void sum_entry_groups(const pygio_minmax_backward_par
   __syncwarp();
 }
 
-// The warp's `width` sums in the source kernels' dynamic shared memory.
-template <typename acc_t>
-__device__ __forceinline__ acc_t* warp_sums(int64_t width) {
-  extern __shared__ __align__(16) unsigned char bucket_sums[];
-  return reinterpret_cast<acc_t*>(bucket_sums) + (threadIdx.x / kWarpSize) * width;
-}
-
-// acc[u, :] = the bucketed gradients of source u's entries (CSR^T row u),
-// a warp per source, summed in shared memory and stored (every row of acc:
-// the bucket path does not zero it); a source of more than
-// PYGIO_MINMAX_BUCKET_SOURCE_CHUNK entries stores zeros and is registered
-// for minmax_grad_bucket_hubs_kernel instead (or, the list full, is done
-// here).
-template <typename Traits>
+// The bucketed gradients of CSR^T rows added to acc, a warp per item,
+// summed in shared memory (each warp's `width` sums in the dynamic part).
+// kChunks false: an item is a source u, and acc[u, :] = its entries' sums
+// is stored (every row of acc: the bucket path does not zero it); a
+// source of more than PYGIO_MINMAX_BUCKET_SOURCE_CHUNK entries stores
+// zeros and is registered in source_hubs instead (or, the list full, is
+// summed here). kChunks true (launched after): an item is a chunk of a
+// registered source, its sums added to the source's row with atomicAdd.
+template <typename Traits, bool kChunks>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    minmax_grad_bucket_sources_kernel(const __grid_constant__ pygio_minmax_backward_params p,
-                                      const GradBuckets<typename Traits::scalar_t> buckets,
-                                      const HubList source_hubs,
-                                      typename Traits::acc_t* __restrict__ acc,
-                                      int64_t acc_stride) {
-  using index_t = typename Traits::index_t;
-  using acc_t = typename Traits::acc_t;
-  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
-  acc_t* __restrict__ sums = warp_sums<acc_t>(p.width);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t f = lane; f < p.width; f += kWarpSize) sums[f] = 0;
-  for (int64_t u = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                   threadIdx.x / kWarpSize;
-       u < p.a_t.num_rows; u += warps) {
-    const int64_t begin = rowptr_t[u], end = rowptr_t[u + 1];
-    const bool hub =
-        end - begin > PYGIO_MINMAX_BUCKET_SOURCE_CHUNK &&
-        register_hub(source_hubs, u, end - begin, PYGIO_MINMAX_BUCKET_SOURCE_CHUNK, lane);
-    if (!hub) sum_entry_groups<Traits>(p, buckets, begin, end, sums, lane);
-    for (int64_t f = lane; f < p.width; f += kWarpSize) {
-      acc[u * acc_stride + f] = sums[f];
-      sums[f] = 0;
-    }
-    __syncwarp();
-  }
-}
-
-// acc[u, :] += each chunk's bucketed gradients of the sources registered
-// by minmax_grad_bucket_sources_kernel (which stored their rows' zeros), a
-// warp per chunk, summed in shared memory and added with atomicAdd.
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    minmax_grad_bucket_hubs_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+    minmax_grad_bucket_sums_kernel(const __grid_constant__ pygio_minmax_backward_params p,
                                    const GradBuckets<typename Traits::scalar_t> buckets,
                                    const HubList source_hubs,
                                    typename Traits::acc_t* __restrict__ acc,
                                    int64_t acc_stride) {
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
+  constexpr int64_t kChunk = PYGIO_MINMAX_BUCKET_SOURCE_CHUNK;
+  extern __shared__ __align__(16) unsigned char shared_sums[];
   const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
-  acc_t* __restrict__ sums = warp_sums<acc_t>(p.width);
-  const int64_t num_hubs = hub_count(source_hubs);
-  const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(source_hubs) : 0;
+  acc_t* __restrict__ sums =
+      reinterpret_cast<acc_t*>(shared_sums) + (threadIdx.x / kWarpSize) * p.width;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
+  const int64_t num_hubs = kChunks ? hub_count(source_hubs) : 0;
+  const int64_t items =
+      kChunks ? (num_hubs > 0 ? hub_chunk_count(source_hubs) : 0) : p.a_t.num_rows;
   for (int64_t f = lane; f < p.width; f += kWarpSize) sums[f] = 0;
-  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                       threadIdx.x / kWarpSize;
-       chunk < num_chunks; chunk += warps) {
-    int64_t begin = 0, end = 0;
-    const int64_t slot = hub_chunk_range(source_hubs, num_hubs, rowptr_t, chunk,
-                                         PYGIO_MINMAX_BUCKET_SOURCE_CHUNK, &begin, &end);
-    const int64_t u = source_hubs.hubs[slot].row;
-    sum_entry_groups<Traits>(p, buckets, begin, end, sums, lane);
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                      threadIdx.x / kWarpSize;
+       item < items; item += warps) {
+    int64_t u = item, begin = 0, end = 0;
+    bool summed = true;
+    if constexpr (kChunks) {
+      const int64_t slot =
+          hub_chunk_range(source_hubs, num_hubs, rowptr_t, item, kChunk, &begin, &end);
+      u = source_hubs.hubs[slot].row;
+    } else {
+      begin = rowptr_t[u], end = rowptr_t[u + 1];
+      summed = !(end - begin > kChunk && register_hub(source_hubs, u, end - begin, kChunk, lane));
+    }
+    if (summed) sum_entry_groups<Traits>(p, buckets, begin, end, sums, lane);
     for (int64_t f = lane; f < p.width; f += kWarpSize) {
-      if (sums[f] != acc_t(0)) atomicAdd(acc + u * acc_stride + f, sums[f]);
+      if constexpr (kChunks) {
+        if (sums[f] != acc_t(0)) atomicAdd(acc + u * acc_stride + f, sums[f]);
+      } else {
+        acc[u * acc_stride + f] = sums[f];
+      }
       sums[f] = 0;
     }
     __syncwarp();

@@ -203,13 +203,13 @@ int launch_bucket_sums(const pygio_minmax_backward_params& p, WarpLayout layout,
   const size_t sums = Traits::kWarpsPerBlock * p.width * sizeof(typename Traits::acc_t);
   PYGIO_TRY(resident_grid(p.a.num_cols, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
                           p.device, &grid));
-  minmax_grad_bucket_sources_kernel<Traits><<<grid, Traits::kThreadsPerBlock, sums, stream>>>(
+  minmax_grad_bucket_sums_kernel<Traits, false><<<grid, Traits::kThreadsPerBlock, sums, stream>>>(
       p, state, source_hubs, acc, acc_stride);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   if (source_hubs.capacity == 0) return PYGIO_OK;
   PYGIO_TRY(resident_grid(p.a.nnz / PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + source_hubs.capacity,
                           Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
-  minmax_grad_bucket_hubs_kernel<Traits><<<grid, Traits::kThreadsPerBlock, sums, stream>>>(
+  minmax_grad_bucket_sums_kernel<Traits, true><<<grid, Traits::kThreadsPerBlock, sums, stream>>>(
       p, state, source_hubs, acc, acc_stride);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   return PYGIO_OK;
