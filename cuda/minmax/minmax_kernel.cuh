@@ -428,6 +428,114 @@ __device__ __forceinline__ void add_walk_shares(const pygio_minmax_backward_para
   });
 }
 
+// A warp's walking elements of one pass, in shared memory, for
+// add_few_walk_shares: feature, forward result, gradient and matches.
+template <typename acc_t>
+struct WalkSlots {
+  static constexpr int kSlots = kWarpSize;
+  int64_t feature[kSlots];
+  int32_t matches[kSlots];
+  acc_t result[kSlots];
+  acc_t grad[kSlots];
+};
+
+// The (element, entry) pairs a warp walks together at the most: a bit a
+// pair in each lane's 32-bit record of the pairs that matched.
+constexpr int kWalkPairs = kWarpSize * 32;
+
+// acc += the shares of the walking elements of this pass (every lane of the
+// warp calls it alike, as add_walk_shares) where they are few: at most
+// WalkSlots::kSlots elements and kWalkPairs (element, entry) pairs, walked
+// as one list spread over the warp's lanes (a pair a lane, Traits::
+// kWalkUnroll pairs in flight), each match counted in shared memory and
+// its pair remembered, then each match adding its share. Returns false
+// (doing nothing) where they are more: add_walk_shares, whose lanes walk
+// their own pieces' entries, takes them. A 16-bit pass with a tie or two
+// (most of them) walks its row once over all lanes, not once over the few
+// lanes holding a tie.
+template <typename Traits>
+__device__ __forceinline__ bool add_few_walk_shares(const pygio_minmax_backward_params& p,
+                                                    WarpLayout layout, int lane, int64_t piece,
+                                                    int64_t begin, int64_t end,
+                                                    const GradPiece<Traits>& g,
+                                                    WalkSlots<typename Traits::acc_t>& slots,
+                                                    typename Traits::acc_t* __restrict__ acc,
+                                                    int64_t acc_stride) {
+  using scalar_t = typename Traits::scalar_t;
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec, U = Traits::kWalkUnroll;
+  uint32_t mine = 0;  // sub-group 0 holds the pass's pieces once
+  if (layout.sub_group(lane) == 0)
+#pragma unroll
+    for (int i = 0; i < V; ++i) mine |= static_cast<uint32_t>(g.walk[i]) << i;
+  const int held = __popc(mine);
+  int through = held;  // inclusive prefix over the lanes
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    const int below = __shfl_up_sync(0xffffffffu, through, offset);
+    if (lane >= offset) through += below;
+  }
+  const int elements = __shfl_sync(0xffffffffu, through, kWarpSize - 1);
+  const int degree = static_cast<int>(end - begin);
+  if (elements > WalkSlots<acc_t>::kSlots || elements * static_cast<int64_t>(degree) > kWalkPairs)
+    return false;
+  int slot = through - held;
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    if (mine >> i & 1u) {
+      slots.feature[slot] = piece * V + i;
+      slots.matches[slot] = 0;
+      slots.result[slot] = g.result[i];
+      slots.grad[slot] = g.grad[i];
+      ++slot;
+    }
+  __syncwarp();
+  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
+  const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
+  const int pairs = elements * degree;
+  uint32_t matched = 0;  // bit k: pair k * 32 + lane matched
+  for (int k0 = 0; k0 * kWarpSize < pairs; k0 += U) {
+    int element[U];
+    index_t source[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int pair = (k0 + u) * kWarpSize + lane;
+      element[u] = pair < pairs ? pair / degree : -1;
+      source[u] = element[u] >= 0 ? col[begin + (pair - element[u] * degree)] : index_t(0);
+    }
+    scalar_t value[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (element[u] >= 0)
+        value[u] = x[static_cast<int64_t>(source[u]) * p.x_row_stride + slots.feature[element[u]]];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (element[u] < 0) continue;
+      const acc_t result = slots.result[element[u]];
+      if (result != result || same_value(DTypeTraits<scalar_t>::load(value[u]), result)) {
+        atomicAdd(&slots.matches[element[u]], 1);
+        matched |= 1u << (k0 + u);
+      }
+    }
+  }
+  __syncwarp();
+  while (matched != 0) {
+    const int k = __ffs(matched) - 1;
+    matched &= matched - 1;
+    const int pair = k * kWarpSize + lane, element = pair / degree;
+    const acc_t result = slots.result[element];
+    const acc_t share =
+        result != result
+            ? result
+            : slots.grad[element] / (static_cast<acc_t>(slots.matches[element]) +
+                                     (result == acc_t(0) ? acc_t(1) : acc_t(0)));
+    const int64_t source = col[begin + pair % degree];
+    atomicAdd(acc + source * acc_stride + slots.feature[element], share);
+  }
+  __syncwarp();  // the slots are free for the next pass
+  return true;
+}
+
 // The backward's hub workspace: the hub list (rows above the hub degree
 // with an element that walks) and the matches counted per hub element.
 template <typename acc_t>
@@ -597,15 +705,16 @@ __device__ __forceinline__ void defer_row(const DeferredRows& deferred, int64_t 
 // that walk through add_walk_shares. Hub rows with walking elements are
 // registered for the chunk kernels instead of walked here.
 template <typename Traits, bool kDeferred>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock, 3)
     minmax_grad_rows_kernel(const __grid_constant__ pygio_minmax_backward_params p,
                             WarpLayout layout, const GradHubs<typename Traits::acc_t> hubs,
                             const DeferredRows deferred, typename Traits::acc_t* __restrict__ acc,
                             int64_t acc_stride) {
   using index_t = typename Traits::index_t;
   constexpr int V = Traits::kVec;
+  __shared__ WalkSlots<typename Traits::acc_t> walk_slots[Traits::kWarpsPerBlock];
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int lane = threadIdx.x % kWarpSize;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t pieces = p.width / V;
   const int64_t num_rows = kDeferred ? static_cast<int64_t>(*deferred.count) : p.a.num_rows;
@@ -614,8 +723,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     hub_degree = *p.hub_degree;
     if (hub_degree < PYGIO_MINMAX_MIN_HUB_DEGREE) hub_degree = PYGIO_MINMAX_MIN_HUB_DEGREE;
   }
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                   threadIdx.x / kWarpSize;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + warp;
        i < num_rows; i += warps) {
     const int64_t row = kDeferred ? deferred.rows[i] : i;
     const int64_t begin = rowptr[row], end = rowptr[row + 1];
@@ -638,7 +746,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
         add_winner_gradients<Traits>(p, layout, lane, base, g, acc, acc_stride);
       }
       if (hub || !__any_sync(0xffffffffu, g.any_walk)) continue;
-      add_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, acc, acc_stride);
+      if (!add_few_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, walk_slots[warp],
+                                       acc, acc_stride))
+        add_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, acc, acc_stride);
     }
   }
 }

@@ -910,6 +910,44 @@ def test_cuda_deterministic_backward(reduce, dtype, monkeypatch):
         assert_grad_close(first, atomic.double().cpu(), bound, dtype)
 
 
+# ------------------------------------------- few walking elements a pass
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_sanitizer_few_walking_elements(reduce, dtype):
+    """A pass whose elements mostly take one winner and a few walk (the
+    kernel walks those few elements' entries over the whole warp at once,
+    a pair of element and entry a lane, add_few_walk_shares): random
+    values with rare ties (16-bit rounding), a sprinkle of NaN, infinities
+    and zeros, on heavy-tailed rows (dozens of 33 to 256 entries, whose
+    pairs take several rounds of 32 lanes, and a dozen hubs of more),
+    widths that fill one pass and several; the raw backward op and autograd
+    against PyG in float64."""
+    check_native("cuda")
+    seed = seed_of("minmax-few-walks", reduce, dtype)
+    edge_index = random_graph(1500, 700, 21000, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    for width in (3, 130, 512):
+        x = torch.randn(1500, width, generator=gen, dtype=torch.float64)
+        sprinkle = torch.rand(1500, width, generator=gen, dtype=torch.float64)
+        x[sprinkle < 2e-4] = math.nan
+        x[(sprinkle >= 2e-4) & (sprinkle < 4e-4)] = math.inf if reduce == "min" else -math.inf
+        x[(sprinkle >= 4e-4) & (sprinkle < 1e-3)] = 0.0
+        x = x.to(dtype)
+        grad = grad_values(700, width, dtype, gen)
+        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), 700, reduce,
+                                                 grad.double())
+        graph = Graph.from_edge_index(edge_index.cuda(), (1500, 700))
+        x_dev, grad_dev = x.cuda(), grad.cuda()
+        out, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce)
+        assert_same_values(out, ref_out, dtype)
+        got = backward_op(graph.rowptr, graph.col, None, None, x_dev, out, arg, grad_dev, reduce)
+        assert_grad_close(got, ref_grad, bound, dtype)
+        xx = x_dev.clone().requires_grad_()
+        graph_minmax(graph, xx, reduce).backward(grad_dev)
+        assert_grad_close(xx.grad, ref_grad, bound, dtype)
+
+
 # ------------------------------------------------------ bucketed backward
 @pytest.mark.cuda
 @pytest.mark.parametrize("index_width", [32, 64])
