@@ -18,12 +18,14 @@
 //  - minmax_grad_rows_kernel: a warp per row, laid out as the forward;
 //    plain winners get their gradient with one atomicAdd, consecutive
 //    lanes on consecutive features (add_winner_gradients); the elements arg
-//    marks (ties, zeros, NaN) count the row's matches with vector loads,
-//    keeping the first two, then add each its share (add_walk_shares); a
-//    hub row with such elements is registered;
+//    marks (ties, zeros, NaN), where a pass holds few, walk their (element,
+//    entry) pairs as one list over the warp (stage_walks,
+//    match_staged_walks, add_staged_shares), else count the row's matches
+//    with vector loads, keeping the first two, then add each its share
+//    (add_walk_shares); a hub row with such elements is registered;
 //  - minmax_grad_hub_count_kernel / minmax_grad_hub_share_kernel: the same
-//    two walks over hub chunks spread over all SMs, matches merged with
-//    atomicAdd in between;
+//    walks (counting, then sharing) over hub chunks spread over all SMs,
+//    matches merged with atomicAdd in between;
 //  - with buckets (perm_t given), where grad_x is not zeroed first:
 //    minmax_grad_bucket_rows_kernel writes the plain winners of rows of at
 //    most PYGIO_MINMAX_BUCKET_MAX_DEGREE entries grouped by entry (staged
@@ -271,6 +273,15 @@ __device__ __forceinline__ void walk_row(const pygio_minmax_backward_params& p, 
     if (equal(e)) visit(static_cast<int64_t>(col[e]), share);
 }
 
+// The gradient each of `matches` entries equal to `result` gets of `grad`:
+// an even share, the zero fill counted once more where the result is 0;
+// NaN to every entry where the result is NaN.
+template <typename acc_t>
+__device__ __forceinline__ acc_t walk_share(acc_t result, acc_t grad, acc_t matches) {
+  if (result != result) return result;
+  return grad / (matches + (result == acc_t(0) ? acc_t(1) : acc_t(0)));
+}
+
 // One piece of a row for the backward: per feature the decoded arg code
 // (after resolve_winners, a plain winner's source in place of its
 // position), the gradient, whether it walks, and (where any does) the
@@ -323,9 +334,7 @@ struct GradPiece {
   // The gradient every matching entry gets, given the matches counted.
   __device__ __forceinline__ typename Traits::acc_t share(int i,
                                                           typename Traits::acc_t matches) const {
-    using acc_t = typename Traits::acc_t;
-    if (result[i] != result[i]) return result[i];  // NaN to every entry
-    return grad[i] / (matches + (result[i] == acc_t(0) ? acc_t(1) : acc_t(0)));
+    return walk_share(result[i], grad[i], matches);
   }
 };
 
@@ -428,8 +437,9 @@ __device__ __forceinline__ void add_walk_shares(const pygio_minmax_backward_para
   });
 }
 
-// A warp's walking elements of one pass, in shared memory, for
-// add_few_walk_shares: feature, forward result, gradient and matches.
+// A warp's walking elements of one pass, in shared memory (stage_walks,
+// match_staged_walks, add_staged_shares): feature, forward result,
+// gradient, and the matches the warp's walk counted.
 template <typename acc_t>
 struct WalkSlots {
   static constexpr int kSlots = kWarpSize;
@@ -440,32 +450,25 @@ struct WalkSlots {
 };
 
 // The (element, entry) pairs a warp walks together at the most: a bit a
-// pair in each lane's 32-bit record of the pairs that matched.
-constexpr int kWalkPairs = kWarpSize * 32;
+// pair in each lane's 64-bit record of the pairs that matched.
+constexpr int kWalkPairs = kWarpSize * 64;
 
-// acc += the shares of the walking elements of this pass (every lane of the
-// warp calls it alike, as add_walk_shares) where they are few: at most
-// WalkSlots::kSlots elements and kWalkPairs (element, entry) pairs, walked
-// as one list spread over the warp's lanes (a pair a lane, Traits::
-// kWalkUnroll pairs in flight), each match counted in shared memory and
-// its pair remembered, then each match adding its share. Returns false
-// (doing nothing) where they are more: add_walk_shares, whose lanes walk
-// their own pieces' entries, takes them. A 16-bit pass with a tie or two
-// (most of them) walks its row once over all lanes, not once over the few
-// lanes holding a tie.
+// Few walking elements of a pass are walked together, as one list of
+// (element, entry) pairs spread over the warp's lanes, instead of each by
+// the lane holding it. A 16-bit pass with a tie or two (most of them) then
+// walks its entries once over all lanes, not once over the one or two
+// lanes holding a tie while the others wait.
+//
+// Stages the walking elements of this pass (sub-group 0's pieces: they hold
+// the pass once) in `slots` and returns how many, where they are at most
+// WalkSlots::kSlots and at most kWalkPairs pairs with the `entries` entries
+// to walk; else -1, staging nothing. Every lane of the warp calls it alike.
 template <typename Traits>
-__device__ __forceinline__ bool add_few_walk_shares(const pygio_minmax_backward_params& p,
-                                                    WarpLayout layout, int lane, int64_t piece,
-                                                    int64_t begin, int64_t end,
-                                                    const GradPiece<Traits>& g,
-                                                    WalkSlots<typename Traits::acc_t>& slots,
-                                                    typename Traits::acc_t* __restrict__ acc,
-                                                    int64_t acc_stride) {
-  using scalar_t = typename Traits::scalar_t;
-  using index_t = typename Traits::index_t;
-  using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec, U = Traits::kWalkUnroll;
-  uint32_t mine = 0;  // sub-group 0 holds the pass's pieces once
+__device__ __forceinline__ int stage_walks(WarpLayout layout, int lane, int64_t piece,
+                                           const GradPiece<Traits>& g, int64_t entries,
+                                           WalkSlots<typename Traits::acc_t>& slots) {
+  constexpr int V = Traits::kVec;
+  uint32_t mine = 0;
   if (layout.sub_group(lane) == 0)
 #pragma unroll
     for (int i = 0; i < V; ++i) mine |= static_cast<uint32_t>(g.walk[i]) << i;
@@ -476,9 +479,8 @@ __device__ __forceinline__ bool add_few_walk_shares(const pygio_minmax_backward_
     if (lane >= offset) through += below;
   }
   const int elements = __shfl_sync(0xffffffffu, through, kWarpSize - 1);
-  const int degree = static_cast<int>(end - begin);
-  if (elements > WalkSlots<acc_t>::kSlots || elements * static_cast<int64_t>(degree) > kWalkPairs)
-    return false;
+  if (elements > WalkSlots<typename Traits::acc_t>::kSlots || elements * entries > kWalkPairs)
+    return -1;
   int slot = through - held;
 #pragma unroll
   for (int i = 0; i < V; ++i)
@@ -490,10 +492,28 @@ __device__ __forceinline__ bool add_few_walk_shares(const pygio_minmax_backward_
       ++slot;
     }
   __syncwarp();
+  return elements;
+}
+
+// Walks the pairs of the `elements` staged elements and the entries [begin,
+// end) (a pair a lane, Traits::kWalkUnroll pairs in flight), counting each
+// element's matches (equal to its result, or any value where the result is
+// NaN) in slots.matches. Returns this lane's record of the pairs that
+// matched: bit k for pair k * 32 + lane. Every lane of the warp calls it
+// alike.
+template <typename Traits>
+__device__ __forceinline__ uint64_t match_staged_walks(const pygio_minmax_backward_params& p,
+                                                       int lane, int64_t begin, int64_t end,
+                                                       int elements,
+                                                       WalkSlots<typename Traits::acc_t>& slots) {
+  using scalar_t = typename Traits::scalar_t;
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  constexpr int U = Traits::kWalkUnroll;
   const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
   const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
-  const int pairs = elements * degree;
-  uint32_t matched = 0;  // bit k: pair k * 32 + lane matched
+  const int degree = static_cast<int>(end - begin), pairs = elements * degree;
+  uint64_t matched = 0;
   for (int k0 = 0; k0 * kWarpSize < pairs; k0 += U) {
     int element[U];
     index_t source[U];
@@ -514,26 +534,35 @@ __device__ __forceinline__ bool add_few_walk_shares(const pygio_minmax_backward_
       const acc_t result = slots.result[element[u]];
       if (result != result || same_value(DTypeTraits<scalar_t>::load(value[u]), result)) {
         atomicAdd(&slots.matches[element[u]], 1);
-        matched |= 1u << (k0 + u);
+        matched |= uint64_t{1} << (k0 + u);
       }
     }
   }
   __syncwarp();
+  return matched;
+}
+
+// acc[source, feature] += share_of(element) for every pair of this lane's
+// record `matched` (match_staged_walks over the same entries [begin, end)).
+// Every lane of the warp calls it alike; the slots are free afterwards.
+template <typename Traits, typename ShareOf>
+__device__ __forceinline__ void add_staged_shares(const pygio_minmax_backward_params& p,
+                                                  int lane, int64_t begin, int64_t end,
+                                                  const WalkSlots<typename Traits::acc_t>& slots,
+                                                  uint64_t matched, ShareOf share_of,
+                                                  typename Traits::acc_t* __restrict__ acc,
+                                                  int64_t acc_stride) {
+  using index_t = typename Traits::index_t;
+  const auto* __restrict__ col = static_cast<const index_t*>(p.a.col);
+  const int degree = static_cast<int>(end - begin);
   while (matched != 0) {
-    const int k = __ffs(matched) - 1;
+    const int k = __ffsll(static_cast<long long>(matched)) - 1;
     matched &= matched - 1;
     const int pair = k * kWarpSize + lane, element = pair / degree;
-    const acc_t result = slots.result[element];
-    const acc_t share =
-        result != result
-            ? result
-            : slots.grad[element] / (static_cast<acc_t>(slots.matches[element]) +
-                                     (result == acc_t(0) ? acc_t(1) : acc_t(0)));
     const int64_t source = col[begin + pair % degree];
-    atomicAdd(acc + source * acc_stride + slots.feature[element], share);
+    atomicAdd(acc + source * acc_stride + slots.feature[element], share_of(element));
   }
-  __syncwarp();  // the slots are free for the next pass
-  return true;
+  __syncwarp();
 }
 
 // The backward's hub workspace: the hub list (rows above the hub degree
@@ -702,8 +731,11 @@ __device__ __forceinline__ void defer_row(const DeferredRows& deferred, int64_t 
 // the rows taken (every row; with kDeferred, the deferred rows): a warp per
 // row; plain elements with one atomicAdd each (add_winner_gradients; not
 // those of a deferred bucketed row, which are in its groups), the elements
-// that walk through add_walk_shares. Hub rows with walking elements are
-// registered for the chunk kernels instead of walked here.
+// that walk staged and walked together where a pass holds few
+// (stage_walks), else through add_walk_shares. Hub rows with walking
+// elements are registered for the chunk kernels instead of walked here.
+// Registers capped for three blocks an SM (80; the staged walk took 93-98
+// uncapped; 16-bit spills about 20 bytes capped).
 template <typename Traits, bool kDeferred>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 3)
     minmax_grad_rows_kernel(const __grid_constant__ pygio_minmax_backward_params p,
@@ -711,8 +743,9 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 3)
                             const DeferredRows deferred, typename Traits::acc_t* __restrict__ acc,
                             int64_t acc_stride) {
   using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
-  __shared__ WalkSlots<typename Traits::acc_t> walk_slots[Traits::kWarpsPerBlock];
+  __shared__ WalkSlots<acc_t> walk_slots[Traits::kWarpsPerBlock];
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
@@ -746,9 +779,19 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 3)
         add_winner_gradients<Traits>(p, layout, lane, base, g, acc, acc_stride);
       }
       if (hub || !__any_sync(0xffffffffu, g.any_walk)) continue;
-      if (!add_few_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, walk_slots[warp],
-                                       acc, acc_stride))
+      WalkSlots<acc_t>& slots = walk_slots[warp];
+      const int staged = stage_walks<Traits>(layout, lane, piece, g, end - begin, slots);
+      if (staged < 0) {
         add_walk_shares<Traits>(p, layout, lane, piece, begin, end, g, acc, acc_stride);
+        continue;
+      }
+      const uint64_t matched = match_staged_walks<Traits>(p, lane, begin, end, staged, slots);
+      add_staged_shares<Traits>(
+          p, lane, begin, end, slots, matched,
+          [&](int e) {
+            return walk_share(slots.result[e], slots.grad[e], static_cast<acc_t>(slots.matches[e]));
+          },
+          acc, acc_stride);
     }
   }
 }
@@ -914,7 +957,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// hubs.matches[slot, f] += the matches of walking hub elements in each chunk.
+// hubs.matches[slot, f] += the matches of walking hub elements in each chunk
+// (a pass's few walking elements walked together: stage_walks).
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_grad_hub_count_kernel(const __grid_constant__ pygio_minmax_backward_params p,
@@ -922,14 +966,14 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
+  __shared__ WalkSlots<acc_t> walk_slots[Traits::kWarpsPerBlock];
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int64_t num_hubs = hub_count(hubs.list);
   const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(hubs.list) : 0;
-  const int lane = threadIdx.x % kWarpSize;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t pieces = p.width / V;
-  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                       threadIdx.x / kWarpSize;
+  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + warp;
        chunk < num_chunks; chunk += warps) {
     int64_t begin = 0, end = 0;
     const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, hubs.chunk, &begin,
@@ -940,6 +984,16 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
       GradPiece<Traits> g;
       g.load(p, row, piece, piece < pieces);
       if (!__any_sync(0xffffffffu, g.any_walk)) continue;
+      WalkSlots<acc_t>& slots = walk_slots[warp];
+      const int staged = stage_walks<Traits>(layout, lane, piece, g, end - begin, slots);
+      if (staged >= 0) {
+        match_staged_walks<Traits>(p, lane, begin, end, staged, slots);
+        if (lane < staged && slots.matches[lane] != 0)
+          atomicAdd(hubs.matches + slot * p.width + slots.feature[lane],
+                    static_cast<acc_t>(slots.matches[lane]));
+        __syncwarp();  // the slots are free
+        continue;
+      }
       acc_t matches[V];
       count_matches<Traits>(p, layout, lane, piece, begin, end, g, matches);
       if (layout.sub_group(lane) != 0) continue;
@@ -951,7 +1005,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// acc += each chunk's shares of its hub's walking elements.
+// acc += each chunk's shares of its hub's walking elements (a pass's few
+// walking elements walked together: stage_walks).
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_grad_hub_share_kernel(const __grid_constant__ pygio_minmax_backward_params p,
@@ -960,29 +1015,42 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
   constexpr int V = Traits::kVec;
+  __shared__ WalkSlots<acc_t> walk_slots[Traits::kWarpsPerBlock];
   const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const int64_t num_hubs = hub_count(hubs.list);
   const int64_t num_chunks = num_hubs > 0 ? hub_chunk_count(hubs.list) : 0;
-  const int lane = threadIdx.x % kWarpSize;
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t pieces = p.width / V;
-  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                       threadIdx.x / kWarpSize;
+  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock + warp;
        chunk < num_chunks; chunk += warps) {
     int64_t begin = 0, end = 0;
     const int64_t slot = hub_chunk_range(hubs.list, num_hubs, rowptr, chunk, hubs.chunk, &begin,
                                          &end);
     const int64_t row = hubs.list.hubs[slot].row;
+    const acc_t* __restrict__ hub_matches = hubs.matches + slot * p.width;
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
       const bool active = piece < pieces;
       GradPiece<Traits> g;
       g.load(p, row, piece, active);
       if (!__any_sync(0xffffffffu, g.any_walk)) continue;
+      WalkSlots<acc_t>& slots = walk_slots[warp];
+      const int staged = stage_walks<Traits>(layout, lane, piece, g, end - begin, slots);
+      if (staged >= 0) {
+        const uint64_t matched = match_staged_walks<Traits>(p, lane, begin, end, staged, slots);
+        add_staged_shares<Traits>(
+            p, lane, begin, end, slots, matched,
+            [&](int e) {
+              return walk_share(slots.result[e], slots.grad[e], hub_matches[slots.feature[e]]);
+            },
+            acc, acc_stride);
+        continue;
+      }
       acc_t shares[V];
 #pragma unroll
       for (int i = 0; i < V; ++i)
-        shares[i] = g.walk[i] ? g.share(i, hubs.matches[slot * p.width + piece * V + i]) : acc_t(0);
+        shares[i] = g.walk[i] ? g.share(i, hub_matches[piece * V + i]) : acc_t(0);
       for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
         atomicAdd(acc + source * acc_stride + piece * V + i, shares[i]);
       });

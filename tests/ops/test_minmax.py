@@ -916,13 +916,13 @@ def test_cuda_deterministic_backward(reduce, dtype, monkeypatch):
 @pytest.mark.parametrize("reduce", REDUCES)
 def test_cuda_sanitizer_few_walking_elements(reduce, dtype):
     """A pass whose elements mostly take one winner and a few walk (the
-    kernel walks those few elements' entries over the whole warp at once,
-    a pair of element and entry a lane, add_few_walk_shares): random
-    values with rare ties (16-bit rounding), a sprinkle of NaN, infinities
-    and zeros, on heavy-tailed rows (dozens of 33 to 256 entries, whose
-    pairs take several rounds of 32 lanes, and a dozen hubs of more),
-    widths that fill one pass and several; the raw backward op and autograd
-    against PyG in float64."""
+    kernels stage those few and walk their entries over the whole warp at
+    once, a pair of element and entry a lane: stage_walks): random values
+    with rare ties (16-bit rounding), a sprinkle of NaN, infinities and
+    zeros, on heavy-tailed rows (dozens of 33 to 256 entries, whose pairs
+    take several rounds of 32 lanes, and a dozen hubs of more, walked in
+    chunks), widths that fill one pass and several; the raw backward op and
+    autograd against PyG in float64."""
     check_native("cuda")
     seed = seed_of("minmax-few-walks", reduce, dtype)
     edge_index = random_graph(1500, 700, 21000, seed=seed)
