@@ -203,6 +203,35 @@ def test_graph_input_keeps_its_input_edge_order(add_self_loops):
     assert_runs_match(run(ours, x, graph, edge_attr), run(ref, x, edge_index, edge_attr), 1e-8)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("add_self_loops", [False, True])
+def test_bad_edge_attr_raises_before_any_gather(add_self_loops, device):
+    """edge_attr with too few or too many rows, or the wrong width, is a
+    ValueError naming the shape expected, for an edge_index and a Graph,
+    before anything gathers it by edge position (on a GPU an index past its
+    rows would stop the device; too many rows were taken silently); a flat
+    edge_attr with edge_dim=1 runs, as PyG's does."""
+    edge_index = random_graph(30, 30, 200, seed=13).to(device)
+    num_edges = edge_index.size(1)
+    x = torch.randn(30, 8, device=device)
+    conv = GATv2Conv(8, 4, heads=2, edge_dim=3, add_self_loops=add_self_loops).to(device)
+    for adjacency in (edge_index, Graph.from_edge_index(edge_index, 30)):
+        for rows, width in ((num_edges - 1, 3), (num_edges + 5, 3), (num_edges, 2)):
+            with pytest.raises(ValueError, match=rf"edge_dim=3 expected edge_attr of shape "
+                                                 rf"\[num_edges, edge_dim\] = \[{num_edges}, 3\], "
+                                                 rf"got shape \({rows}, {width}\)"):
+                conv(x, adjacency, torch.randn(rows, width, device=device))
+        with pytest.raises(ValueError, match=rf"got shape \({num_edges},\)"):
+            conv(x, adjacency, torch.randn(num_edges, device=device))
+    flat = GATv2Conv(8, 4, heads=2, edge_dim=1, add_self_loops=add_self_loops).to(device)
+    ref = PygGATv2Conv(8, 4, heads=2, edge_dim=1, add_self_loops=add_self_loops).to(device)
+    ref.load_state_dict(flat.state_dict())
+    edge_attr = torch.randn(num_edges, device=device)
+    assert relative_error(flat(x, edge_index, edge_attr), ref(x, edge_index, edge_attr)) < 1e-5
+    with pytest.raises(ValueError, match=rf"\[{num_edges}, 1\] \(or \[{num_edges}\]\), got shape"):
+        flat(x, edge_index, torch.randn(num_edges + 1, device=device))
+
+
 def test_other_aggr_takes_pyg_path():
     edge_index = random_graph(30, 30, 200, seed=11)
     x = torch.randn(30, 8, dtype=torch.float64)

@@ -1,8 +1,8 @@
 """What the attention layers (GATv2Conv, TransformerConv) share about their
-inputs and outputs: which inputs take PyG's path, per-edge tensors moved
-between the input's edge order and the Graph's CSR order (the order the
-attention ops read and write per-edge tensors in), and the dtype PyG's
-softmax leaves its messages in."""
+inputs and outputs: which inputs take PyG's path, the shape edge_attr must
+have, per-edge tensors moved between the input's edge order and the Graph's
+CSR order (the order the attention ops read and write per-edge tensors in),
+and the dtype PyG's softmax leaves its messages in."""
 from typing import Any, Optional
 
 import torch
@@ -11,8 +11,8 @@ from torch_geometric.utils import is_sparse
 
 from ..graph import Graph
 
-__all__ = ["attention_pyg_path_reason", "in_csr_order", "in_input_order", "input_edge_index",
-           "pyg_message_dtype"]
+__all__ = ["attention_pyg_path_reason", "check_edge_attr", "in_csr_order", "in_input_order",
+           "input_edge_index", "pyg_message_dtype"]
 
 
 def attention_pyg_path_reason(layer: Any, x: Any, edge_index: Any,
@@ -35,6 +35,24 @@ def attention_pyg_path_reason(layer: Any, x: Any, edge_index: Any,
     if not isinstance(x, Tensor) and (len(x) != 2 or x[1] is None):
         return "bipartite input without destination features"
     return None
+
+
+def check_edge_attr(layer: Any, edge_attr: Any, num_edges: int, flat: bool = False) -> Tensor:
+    """``edge_attr`` as given where it is a tensor of shape [num_edges,
+    layer.edge_dim] (or, with ``flat`` and edge_dim 1, [num_edges], which
+    PyG's GATv2Conv views as one column); else a ValueError saying what is
+    wrong. Checked on the host before anything gathers edge_attr by edge
+    position: an index past its rows would stop the GPU."""
+    expected = (num_edges, layer.edge_dim)
+    shape = tuple(edge_attr.shape) if isinstance(edge_attr, Tensor) else None
+    if shape == expected or (flat and layer.edge_dim == 1 and shape == (num_edges,)):
+        return edge_attr
+    got = ("None" if edge_attr is None else
+           f"shape {shape}" if shape is not None else type(edge_attr).__name__)
+    also = f" (or [{num_edges}])" if flat and layer.edge_dim == 1 else ""
+    raise ValueError(f"'{layer.__class__.__name__}' with edge_dim={layer.edge_dim} expected "
+                     f"edge_attr of shape [num_edges, edge_dim] = {list(expected)}{also}, "
+                     f"got {got}")
 
 
 def in_csr_order(values: Tensor, graph: Graph) -> Tensor:

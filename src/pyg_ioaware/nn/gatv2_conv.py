@@ -17,8 +17,8 @@ from ..ops.attention import graph_gatv2, graph_gatv2_packed, gatv2_weights_trust
 from ..ops.bias_gradient import add_bias, apply_linear, fusable, fused_linear
 from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
-from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
-                               input_edge_index, pyg_message_dtype)
+from .attention_inputs import (attention_pyg_path_reason, check_edge_attr, in_csr_order,
+                               in_input_order, input_edge_index, pyg_message_dtype)
 from .fused_message_passing import FusedMessagePassing
 
 if typing.TYPE_CHECKING:
@@ -283,6 +283,9 @@ class GATv2Conv(FusedMessagePassing, PygGATv2Conv):
 
         edge = None
         if edge_attr is not None:
+            num_edges = (edge_index.num_edges if isinstance(edge_index, Graph)
+                         else edge_index.size(1))  # the input's, checked by the graph's build
+            check_edge_attr(self, edge_attr, num_edges, flat=True)
             edge = self.lin_edge(self._edge_attr_in_csr_order(edge_attr, graph, pyg_edge_index,
                                                               kept, num_src, num_dst))
             edge = edge.view(-1, heads, channels)

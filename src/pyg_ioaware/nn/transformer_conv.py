@@ -16,8 +16,8 @@ from ..ops.dropout import new_seed
 from ..ops.hubs import DEFAULT_HUB_QUANTILE
 from ..ops.transformer import (graph_transformer, graph_transformer_packed,
                                transformer_weights_trusted)
-from .attention_inputs import (attention_pyg_path_reason, in_csr_order, in_input_order,
-                               input_edge_index, pyg_message_dtype)
+from .attention_inputs import (attention_pyg_path_reason, check_edge_attr, in_csr_order,
+                               in_input_order, input_edge_index, pyg_message_dtype)
 from .fused_message_passing import FusedMessagePassing
 
 if typing.TYPE_CHECKING:
@@ -220,7 +220,8 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
 
         edge = None
         if self.lin_edge is not None:
-            edge = self.lin_edge(in_csr_order(self._checked_edge_attr(edge_attr, graph), graph))
+            edge = self.lin_edge(in_csr_order(check_edge_attr(self, edge_attr, graph.num_edges),
+                                              graph))
             edge = edge.view(-1, heads, channels)
         dropout = self.dropout if self.training else 0.0
         seed = new_seed() if dropout > 0 else 0
@@ -313,16 +314,3 @@ class TransformerConv(FusedMessagePassing, PygTransformerConv):
         q = self.lin_query(x_dst).view(-1, heads, channels)
         k = self.lin_key(x_src).view(-1, heads, channels)
         return None, q, k, self.lin_value(x_src).view(-1, heads, channels)
-
-    @torch.jit.unused
-    def _checked_edge_attr(self, edge_attr: OptTensor, graph: Graph) -> Tensor:
-        """edge_attr [E, edge_dim], or a ValueError saying what is wrong."""
-        expected = (graph.num_edges, self.edge_dim)
-        if not isinstance(edge_attr, Tensor) or tuple(edge_attr.shape) != expected:
-            got = "None" if edge_attr is None else (
-                f"shape {tuple(edge_attr.shape)}" if isinstance(edge_attr, Tensor)
-                else type(edge_attr).__name__)
-            raise ValueError(f"'{self.__class__.__name__}' with edge_dim={self.edge_dim} "
-                             f"expected edge_attr of shape [num_edges, edge_dim] = "
-                             f"{list(expected)}, got {got}")
-        return edge_attr
