@@ -1,6 +1,7 @@
 """Graph: every input kind, the CSR / CSR^T invariants, the cache, bad input."""
 import gc
 
+import numpy as np
 import pytest
 import torch
 from _helpers import PROPERTY_GRAPHS, count_syncs, property_case, random_graph, seed_of
@@ -317,8 +318,17 @@ def test_bad_edge_index(bad, error, match):
 def test_bad_inputs_of_other_kinds():
     with pytest.raises(TypeError, match="expected an edge_index"):
         Graph.from_input([[0, 1], [1, 0]])
+    with pytest.raises(TypeError, match="edge_index must be a tensor, got list"):
+        Graph.from_edge_index([[0, 1], [1, 0]], num_nodes=3)
     with pytest.raises(ValueError, match="non-negative"):
         Graph.from_edge_index(torch.tensor([[0], [0]]), num_nodes=(-1, 3))
+    for count in (2.5, "3", torch.tensor(3.0)):  # never truncated or parsed
+        with pytest.raises(TypeError, match="node counts must be integers"):
+            Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=count)
+        with pytest.raises(TypeError, match="node counts must be integers"):
+            Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=(3, count))
+    for count in (torch.tensor(3), np.int64(3)):  # integers of other kinds
+        assert Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=count).num_dst == 3
     graph = Graph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=3)
     with pytest.raises(ValueError, match="expected"):
         Graph.from_input(graph, num_nodes=4)

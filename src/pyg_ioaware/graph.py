@@ -41,6 +41,7 @@ with no graph break.
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple, Union
@@ -888,7 +889,18 @@ def _edge_index_sparse_size(edge_index: Tensor) -> NumNodes:
     return num_src if num_src == num_dst else (num_src, num_dst)
 
 
+def _node_count(value: Any) -> int:
+    """A node count as an int: an int, a NumPy integer or a 0-d integer
+    tensor; a TypeError for anything else (a float is not truncated)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"Graph: node counts must be integers, got {value!r}") from None
+
+
 def _check_edge_index(edge_index: Tensor) -> None:
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"Graph: edge_index must be a tensor, got {type(edge_index).__name__}")
     if edge_index.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"Graph: edge_index must be an integer tensor (int32 or int64), "
                         f"got {edge_index.dtype}")
@@ -953,9 +965,9 @@ def _resolve_num_nodes(num_nodes: NumNodes, inferred: int) -> Tuple[int, int]:
         if len(num_nodes) != 2:
             raise ValueError(f"Graph: num_nodes must be an int or (num_src, num_dst), "
                              f"got {num_nodes}")
-        num_src, num_dst = (int(v) for v in num_nodes)
+        num_src, num_dst = (_node_count(v) for v in num_nodes)
     else:
-        num_src = num_dst = int(num_nodes)
+        num_src = num_dst = _node_count(num_nodes)
     if min(num_src, num_dst) < 0:
         raise ValueError(f"Graph: node counts must be non-negative, got ({num_src}, {num_dst})")
     return num_src, num_dst
