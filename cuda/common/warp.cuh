@@ -47,6 +47,17 @@ struct WarpLayout {
   }
 };
 
+// The sum of `v` over lanes 0..lane of the warp (an inclusive prefix sum;
+// all lanes active).
+template <typename T>
+__device__ __forceinline__ T warp_inclusive_sum(T v, int lane) {
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    const T below = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += below;
+  }
+  return v;
+}
+
 // v[i] summed over the warp's sub-groups of `layout` (every lane gets its
 // pieces' sums; all lanes active).
 template <typename T, int N>

@@ -473,11 +473,7 @@ __device__ __forceinline__ int stage_walks(WarpLayout layout, int lane, int64_t 
 #pragma unroll
     for (int i = 0; i < V; ++i) mine |= static_cast<uint32_t>(g.walk[i]) << i;
   const int held = __popc(mine);
-  int through = held;  // inclusive prefix over the lanes
-  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
-    const int below = __shfl_up_sync(0xffffffffu, through, offset);
-    if (lane >= offset) through += below;
-  }
+  const int through = warp_inclusive_sum(held, lane);
   const int elements = __shfl_sync(0xffffffffu, through, kWarpSize - 1);
   if (elements > WalkSlots<typename Traits::acc_t>::kSlots || elements * entries > kWalkPairs)
     return -1;
@@ -659,11 +655,7 @@ __device__ __forceinline__ int open_buckets(const pygio_minmax_backward_params& 
   for (int e0 = 0; e0 < degree; e0 += kWarpSize) {
     const int e = e0 + lane;
     const int count = e < degree ? s.cursor[e] : 0;
-    int sum = count;
-    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
-      const int other = __shfl_up_sync(0xffffffffu, sum, offset);
-      if (lane >= offset) sum += other;
-    }
+    const int sum = warp_inclusive_sum(count, lane);
     if (e < degree) {
       s.cursor[e] = carry + sum - count;
       b.groups[begin + e] = static_cast<uint32_t>(carry + sum - count) |
@@ -874,11 +866,7 @@ __device__ __forceinline__ void sum_entry_groups(const pygio_minmax_backward_par
       first = static_cast<int64_t>(col_t[t]) * p.width + (group & 0xffffu);
     }
     const int length = static_cast<int>(group >> 16);
-    int ends = length;  // inclusive prefix sum of the lengths
-    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
-      const int other = __shfl_up_sync(0xffffffffu, ends, offset);
-      if (lane >= offset) ends += other;
-    }
+    const int ends = warp_inclusive_sum(length, lane);  // the lengths up to this lane's
     const int total = __shfl_sync(0xffffffffu, ends, kWarpSize - 1);
     const long long start = first - (ends - length);  // slot k of the list at start + k
     for (int k0 = 0; k0 < total; k0 += kWarpSize * U) {
