@@ -404,7 +404,8 @@ def test_minmax_workspace_sizes():
                                            None) == PYGIO_ERR_INVALID_ARGUMENT
     assert "bytes must not be NULL" in lib.pygio_last_error().decode()
     # backward: the fp32 accumulator of 16-bit grad_x, every element's share
-    # when deterministic, match counts per hub element (fp64 included)
+    # when deterministic (with its long sources' list and chunk sums), match
+    # counts per hub element (fp64 included)
     assert _minmax_workspace(True) == (0, 0)
     status, half = _minmax_workspace(True, dtype=2)
     assert status == 0 and half >= 3 * 4 * 4
@@ -412,7 +413,10 @@ def test_minmax_workspace_sizes():
     assert status == 0 and deterministic >= 2 * 4 * 4
     status, fp64_hubs = _minmax_workspace(True, dtype=1, **hub)
     assert status == 0 and fp64_hubs >= 2 * 4 * 8 + 2 * 16
-    assert _minmax_workspace(True, deterministic=1, **hub)[1] == deterministic  # no hubs
+    status, long_sources = _minmax_workspace(True, deterministic=1, a=dict(nnz=600))
+    # + counter, two list entries, 600 // 256 + 2 chunk rows of 4 floats
+    assert status == 0 and long_sources >= deterministic + 16 + 2 * 16 + 4 * 4 * 4
+    assert _minmax_workspace(True, deterministic=1, **hub) == (0, long_sources)  # no row hubs
     assert lib.pygio_minmax_backward_workspace_size(
         ctypes.byref(_minmax_params(True, {})), None) == PYGIO_ERR_INVALID_ARGUMENT
 
@@ -434,6 +438,7 @@ def test_own_minmax_backward_checks_its_parameters():
         (dict(deterministic=1, a_t=dict(index_bits=64)), "a_t must be the transpose of a"),
         (dict(deterministic=1, a_t=dict(index_bits=16)), "index_bits must be 32 or 64"),
         (dict(deterministic=1, a_t=dict(col=None)), "rowptr / col must not be NULL"),
+
         (dict(grad_x=None), "grad_x must not be NULL"),
         (dict(grad_x_row_stride=3), "grad_x row stride 3"),
         (dict(dtype=2), "needs a workspace"),          # fp16: fp32 accumulator
@@ -450,6 +455,9 @@ def test_own_minmax_backward_checks_its_parameters():
         (dict(out_row_stride=2), "out row stride 2"),
         (dict(grad_out_row_stride=1), "grad_out row stride 1"),
         (dict(deterministic=1, workspace=16, a=dict(nnz=0), a_t=dict(nnz=0, rowptr=None)),
+         "a_t.rowptr must not be NULL"),
+        (dict(deterministic=1, a=dict(num_rows=0, nnz=0),
+              a_t=dict(num_cols=0, nnz=0, rowptr=None), arg=None, out=None, grad_out=None),
          "a_t.rowptr must not be NULL"),
         (dict(x=None), "x must not be NULL"),
         (dict(x_row_stride=3), "x row stride 3"),

@@ -207,7 +207,7 @@ Tensor minmax_linear_autograd(const Tensor& x_src, const c10::optional<Tensor>& 
                               const c10::optional<Tensor>& hub_degree, int64_t max_hubs,
                               const c10::optional<Tensor>& backward_hub_degree,
                               int64_t backward_max_hubs, int64_t arg_bytes,
-                              const py::object& graph, bool buckets,
+                              const py::object& graph, int64_t backward_path,
                               const py::object& recompute,
                               std::optional<c10::ScalarType> dtype) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
@@ -217,7 +217,7 @@ Tensor minmax_linear_autograd(const Tensor& x_src, const c10::optional<Tensor>& 
   return AggregateLinearFunction<MinMaxAggregation, MinMaxOperand>::apply(
       x_src, x_root, w_agg, w_root, bias,
       minmax_operand(rowptr, col, reduce, hub_degree, max_hubs, backward_hub_degree,
-                     backward_max_hubs, arg_bytes, graph, buckets, keep_arg),
+                     backward_max_hubs, arg_bytes, graph, backward_path, keep_arg),
       recompute, dtype);
 }
 

@@ -30,7 +30,7 @@ torch::Tensor minmax_linear_autograd(
     const c10::optional<torch::Tensor>& bias, const torch::Tensor& rowptr,
     const torch::Tensor& col, int64_t reduce, const c10::optional<torch::Tensor>& hub_degree,
     int64_t max_hubs, const c10::optional<torch::Tensor>& backward_hub_degree,
-    int64_t backward_max_hubs, int64_t arg_bytes, const py::object& graph, bool buckets,
+    int64_t backward_max_hubs, int64_t arg_bytes, const py::object& graph, int64_t backward_path,
     const py::object& recompute, std::optional<c10::ScalarType> dtype);
 
 }  // namespace pygio_host

@@ -6,10 +6,11 @@
 //             arg_bytes bytes an element, the winner's position in its row
 //             or the mark of an element the backward walks); saves x, out
 //             and arg, no edge tensor
-//   backward: grad_x = pygio_minmax_backward through arg (atomics, or
-//             buckets gathered over the CSR^T where ops.minmax decided so),
-//             or, with torch's deterministic algorithms on, over the CSR^T
-//             (the graph's, from Python, the only thing asked of it)
+//   backward: grad_x = pygio_minmax_backward through arg by the path
+//             ops.minmax decided (atomics or buckets), or, with torch's
+//             deterministic algorithms on, gathered over the CSR^T in a
+//             fixed order (the graph's CSR^T, from Python, the only thing
+//             asked of it)
 //
 // Part of the host extension module (module.cpp), called only by
 // ops.minmax on a Graph's structure and features it has checked. The
@@ -66,12 +67,14 @@ MinMaxOperand minmax_operand(const Tensor& rowptr, const Tensor& col, int64_t re
                              const c10::optional<Tensor>& hub_degree, int64_t max_hubs,
                              const c10::optional<Tensor>& backward_hub_degree,
                              int64_t backward_max_hubs, int64_t arg_bytes,
-                             const py::object& graph, bool buckets, bool keep_arg) {
+                             const py::object& graph, int64_t backward_path, bool keep_arg) {
   TORCH_CHECK(native.minmax != nullptr, "pyg_ioaware host extension: set_native first");
   TORCH_CHECK(rowptr.scalar_type() == col.scalar_type(),
               "pyg_ioaware host extension: rowptr and col must share one index dtype");
   TORCH_CHECK(arg_bytes == 1 || arg_bytes == 2,
               "pyg_ioaware host extension: arg_bytes must be 1 or 2");
+  TORCH_CHECK(backward_path >= kAtomics && backward_path <= kBuckets,
+              "pyg_ioaware host extension: unknown min / max backward path ", backward_path);
   return MinMaxOperand{rowptr,
                        col,
                        reduce,
@@ -81,7 +84,7 @@ MinMaxOperand minmax_operand(const Tensor& rowptr, const Tensor& col, int64_t re
                        backward_max_hubs,
                        arg_bytes,
                        graph,
-                       buckets,
+                       backward_path,
                        keep_arg};
 }
 
@@ -111,7 +114,7 @@ Tensor minmax_operand_forward(AutogradContext* ctx, const MinMaxOperand& op, con
   ctx->saved_data["reduce"] = op.reduce;
   ctx->saved_data["max_hubs"] = op.backward_max_hubs;
   ctx->saved_data["graph"] = hold(op.graph);
-  ctx->saved_data["buckets"] = op.buckets;
+  ctx->saved_data["backward_path"] = op.backward_path;
   return out;
 }
 
@@ -120,20 +123,21 @@ Tensor minmax_operand_grad_x(AutogradContext* ctx, const variable_list& saved, s
   const Tensor &x = saved[first], &out = saved[first + 1], &arg = saved[first + 2],
                &rowptr = saved[first + 3], &col = saved[first + 4],
                &hub_degree = saved[first + 5];
-  Tensor rowptr_t, col_t, perm_t;  // the CSR^T, for a deterministic or bucketed backward
-  const bool deterministic = at::globalContext().deterministicAlgorithms();
-  const bool buckets = !deterministic && ctx->saved_data["buckets"].toBool();
-  if (deterministic || buckets) {
+  Tensor rowptr_t, col_t, perm_t;  // the CSR^T, for every path but atomics
+  const int64_t path = at::globalContext().deterministicAlgorithms()
+                           ? kDeterministic
+                           : ctx->saved_data["backward_path"].toInt();
+  if (path != kAtomics) {
     py::gil_scoped_acquire gil;
     py::object transpose = python_object(ctx->saved_data["graph"]).attr("transpose");
     rowptr_t = transpose.attr("rowptr").cast<Tensor>();
     col_t = transpose.attr("col").cast<Tensor>();
-    if (buckets) perm_t = transpose.attr("perm").cast<Tensor>();
+    perm_t = transpose.attr("perm").cast<Tensor>();
   }
   Tensor grad_x = torch::empty(x.sizes(), x.options());
   minmax_backward(rowptr, col, rowptr_t, col_t, perm_t, x, out, arg, rows_readable(grad),
                   ctx->saved_data["reduce"].toInt(), hub_degree,
-                  ctx->saved_data["max_hubs"].toInt(), grad_x);
+                  ctx->saved_data["max_hubs"].toInt(), grad_x, path);
   return grad_x;
 }
 
@@ -141,12 +145,12 @@ Tensor minmax_autograd(const Tensor& x, const Tensor& rowptr, const Tensor& col,
                        int64_t reduce, const c10::optional<Tensor>& hub_degree,
                        int64_t max_hubs, const c10::optional<Tensor>& backward_hub_degree,
                        int64_t backward_max_hubs, int64_t arg_bytes, const py::object& graph,
-                       bool buckets) {
+                       int64_t backward_path) {
   torch::PyWarningHandler warnings;  // torch's warnings reach Python's warnings
   check_minmax_input(x);
   return MinMaxFunction::apply(x, minmax_operand(rowptr, col, reduce, hub_degree, max_hubs,
                                                  backward_hub_degree, backward_max_hubs,
-                                                 arg_bytes, graph, buckets, true));
+                                                 arg_bytes, graph, backward_path, true));
 }
 
 }  // namespace pygio_host

@@ -10,9 +10,11 @@ namespace pygio_host {
 // CSR (rowptr, col), reduce (0 min, 1 max), the forward's hub split
 // (hub_degree undefined: none) and the backward's, the saved arg's code
 // width (1 or 2 bytes, pyg_ioaware.h) and the Python Graph whose
-// `transpose` (rowptr, col, and perm with buckets) a deterministic or a
-// bucketed backward reads; buckets: the backward gathers the plain winners
-// per source (ops.minmax.backward_buckets decided); keep_arg: whether the
+// `transpose` (rowptr, col and perm) a backward over the CSR^T reads;
+// backward_path: how the backward adds the gradients (MinMaxBackwardPath,
+// minmax_launch.h: kAtomics or kBuckets, as ops.minmax.backward_path
+// decided; torch's deterministic algorithms take kDeterministic at the
+// backward); keep_arg: whether the
 // forward keeps the winners for a backward.
 struct MinMaxOperand {
   torch::Tensor rowptr, col;
@@ -23,7 +25,7 @@ struct MinMaxOperand {
   int64_t backward_max_hubs;
   int64_t arg_bytes;
   py::object graph;
-  bool buckets;
+  int64_t backward_path;
   bool keep_arg;
 };
 
@@ -34,7 +36,7 @@ MinMaxOperand minmax_operand(const torch::Tensor& rowptr, const torch::Tensor& c
                              int64_t max_hubs,
                              const c10::optional<torch::Tensor>& backward_hub_degree,
                              int64_t backward_max_hubs, int64_t arg_bytes,
-                             const py::object& graph, bool buckets, bool keep_arg);
+                             const py::object& graph, int64_t backward_path, bool keep_arg);
 
 // x [num_src, C] of inner stride 1 with rows that do not overlap (checked).
 void check_minmax_input(const torch::Tensor& x);
@@ -42,16 +44,16 @@ void check_minmax_input(const torch::Tensor& x);
 // out[d, f] = min / max over the CSR row d of x[col[e], f] (0 for an empty
 // row). With op.keep_arg, also the winners' codes, kept in the node with x
 // and out for the backward: scalars in ctx->saved_data (keys "reduce",
-// "max_hubs", "graph", "buckets"), six tensors appended to `saved`;
+// "max_hubs", "graph", "backward_path"), six tensors appended to `saved`;
 // without, six undefined tensors appended.
 torch::Tensor minmax_operand_forward(torch::autograd::AutogradContext* ctx,
                                      const MinMaxOperand& op, const torch::Tensor& x,
                                      torch::autograd::variable_list& saved);
 
 // dX of that forward for dY = grad (PyG's rule: a tie shares the gradient),
-// its tensors at saved[first..first + 5]: through the arg with atomics (or
-// buckets gathered over the graph's CSR^T), or, with torch's deterministic
-// algorithms on, over the graph's CSR^T in a fixed order.
+// its tensors at saved[first..first + 5]: by the operand's backward path,
+// or, with torch's deterministic algorithms on, gathered over the graph's
+// CSR^T in a fixed order.
 torch::Tensor minmax_operand_grad_x(torch::autograd::AutogradContext* ctx,
                                     const torch::autograd::variable_list& saved, size_t first,
                                     const torch::Tensor& grad);
@@ -64,6 +66,6 @@ torch::Tensor minmax_autograd(const torch::Tensor& x, const torch::Tensor& rowpt
                               const c10::optional<torch::Tensor>& hub_degree, int64_t max_hubs,
                               const c10::optional<torch::Tensor>& backward_hub_degree,
                               int64_t backward_max_hubs, int64_t arg_bytes,
-                              const py::object& graph, bool buckets);
+                              const py::object& graph, int64_t backward_path);
 
 }  // namespace pygio_host

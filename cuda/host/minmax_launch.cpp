@@ -32,13 +32,15 @@ void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
                      const torch::Tensor& out, const torch::Tensor& arg,
                      const torch::Tensor& grad_out, int64_t reduce,
                      const torch::Tensor& hub_degree, int64_t max_hubs,
-                     const torch::Tensor& grad_x) {
+                     const torch::Tensor& grad_x, int64_t path) {
+  TORCH_CHECK(path >= kAtomics && path <= kDeterministic,
+              "pyg_ioaware host extension: unknown min / max backward path ", path);
   pygio_minmax_backward_params p{};
   p.struct_size = sizeof(p);
   p.dtype = dtype_code(x.scalar_type());
   p.device = x.get_device();
   p.reduce = static_cast<int32_t>(reduce);
-  p.deterministic = rowptr_t.defined() && !perm_t.defined();
+  p.deterministic = path == kDeterministic;
   p.a = csr_of(rowptr, col, x.size(0));
   p.a_t.index_bits = index_bits(rowptr.scalar_type());
   if (rowptr_t.defined()) p.a_t = csr_of(rowptr_t, col_t, rowptr.numel() - 1);
@@ -56,7 +58,7 @@ void minmax_backward(const torch::Tensor& rowptr, const torch::Tensor& col,
   p.grad_x = grad_x.data_ptr();
   p.grad_x_row_stride = row_stride(grad_x);
   p.stream = current_stream(x);
-  p.perm_t = data_or_null(perm_t);
+  p.perm_t = path == kAtomics ? nullptr : data_or_null(perm_t);
   launch_with_workspace(native.minmax_backward_workspace_size, native.minmax_backward, p, x,
                         "pygio_minmax_backward");
 }

@@ -25,7 +25,7 @@ PYBIND11_MODULE(_native_host_ext, m) {
   m.attr("ABI_VERSION") = PYGIO_ABI_VERSION;
   // What this module's functions take and return; pyg_ioaware._native_host
   // loads only the version it was written for.
-  m.attr("HOST_API_VERSION") = 15;
+  m.attr("HOST_API_VERSION") = 16;
   m.def("set_native", &set_native, "the native library's entry points: {name: address}");
   m.def(
       "spmm_csr",
@@ -51,12 +51,12 @@ PYBIND11_MODULE(_native_host_ext, m) {
          const OptionalTensor& col_t, const OptionalTensor& perm_t, const torch::Tensor& x,
          const torch::Tensor& out, const torch::Tensor& arg, const torch::Tensor& grad_out,
          int64_t reduce, const OptionalTensor& hub_degree, int64_t max_hubs,
-         const torch::Tensor& grad_x) {
+         const torch::Tensor& grad_x, int64_t path) {
         pygio_host::minmax_backward(rowptr, col, rowptr_t.value_or(torch::Tensor()),
                                     col_t.value_or(torch::Tensor()),
                                     perm_t.value_or(torch::Tensor()), x, out, arg, grad_out,
                                     reduce, hub_degree.value_or(torch::Tensor()), max_hubs,
-                                    grad_x);
+                                    grad_x, path);
       },
       "pygio_minmax_backward");
   m.def("gatv2", &pygio_host::gatv2, "pygio_gatv2: [out, lse]");
@@ -109,12 +109,12 @@ PYBIND11_MODULE(_native_host_ext, m) {
         py::arg("bias"), py::arg("rowptr"), py::arg("col"), py::arg("reduce"),
         py::arg("hub_degree"), py::arg("max_hubs"), py::arg("backward_hub_degree"),
         py::arg("backward_max_hubs"), py::arg("arg_bytes"), py::arg("graph"),
-        py::arg("buckets"), py::arg("recompute"), py::arg("dtype"));
+        py::arg("backward_path"), py::arg("recompute"), py::arg("dtype"));
   m.def("minmax_aggregate", &minmax_autograd,
         "neighbour min / max with its backward in C++", py::arg("x"), py::arg("rowptr"),
         py::arg("col"), py::arg("reduce"), py::arg("hub_degree"), py::arg("max_hubs"),
         py::arg("backward_hub_degree"), py::arg("backward_max_hubs"), py::arg("arg_bytes"),
-        py::arg("graph"), py::arg("buckets"));
+        py::arg("graph"), py::arg("backward_path"));
   m.def("transformer_attention", &transformer_autograd,
         "graph-transformer attention [out, lse] with its backward in C++", py::arg("q"),
         py::arg("k"), py::arg("v"), py::arg("packed"), py::arg("edge"), py::arg("structure"),

@@ -311,14 +311,22 @@ PYGIO_API int pygio_minmax(const pygio_minmax_params* params);
 
 /*
  * grad_x = d out / d x applied to grad_out for the forward above (its out
- * and arg), by arg's rule. deterministic = 0: a warp per row scatters
- * grad_out through arg with atomics and walks the row for the elements arg
- * marks; rows above the hub degree (hub_degree, max_hubs as in the
- * forward) walk in chunks over all SMs. deterministic = 1: every grad_x
- * element summed in one thread in CSR^T order (a_t: rows = sources, col =
- * destinations, the transpose of a), no atomics. grad_x (num_cols rows) is
- * fully overwritten. An arg code beyond its row's entries is ignored (arg
- * must be the forward's).
+ * and arg), by arg's rule. By default a warp per row scatters grad_out
+ * through arg with atomics and walks the row for the elements arg marks;
+ * rows above the hub degree (hub_degree, max_hubs as in the forward) walk
+ * in chunks over all SMs. grad_x (num_cols rows) is fully overwritten. An
+ * arg code beyond its row's entries is ignored (arg must be the forward's).
+ *
+ * Gathered (deterministic = 1; a_t: rows = sources, col = destinations,
+ * the transpose of a): a warp per source sums what each of its CSR^T
+ * entries takes and stores its grad_x row, in a fixed order and without
+ * atomics; sources of more than PYGIO_MINMAX_BUCKET_SOURCE_CHUNK entries in
+ * chunks over all SMs, whose sums are then added in chunk order. With
+ * perm_t given an entry takes an element where arg's code is its position
+ * in the row (perm_t[e] - rowptr[col_t[e]]), else where its value equals
+ * the result; elements that walk give each taker its share. Workspace: 4
+ * bytes (8 for float64) an element of out (the walking elements' shares)
+ * and, with long sources, a row of that per chunk.
  *
  * Buckets (deterministic = 0 with perm_t given: a_t and perm_t, CSR^T
  * position -> CSR position; dtype float32, float16 or bfloat16, width at
@@ -344,9 +352,9 @@ typedef struct {
   int32_t reduce;
   int32_t deterministic;
   pygio_csr a;
-  pygio_csr a_t;           /* deterministic or buckets only (else ignored) */
+  pygio_csr a_t;           /* gathered or buckets only (else ignored) */
   int64_t width;
-  const int64_t* hub_degree;  /* as in pygio_minmax_params (ignored when deterministic) */
+  const int64_t* hub_degree;  /* as in pygio_minmax_params (ignored when gathered) */
   int64_t max_hubs;
   const void* x;
   int64_t x_row_stride;
@@ -361,7 +369,8 @@ typedef struct {
   void* workspace;         /* pygio_minmax_backward_workspace_size bytes, 16-byte aligned */
   void* stream;
   const void* perm_t;      /* [nnz] CSR^T position -> CSR position (a_t's index type), or
-                              NULL; given with deterministic = 0: buckets (above) */
+                              NULL; deterministic: entries by position, else buckets
+                              (above) */
 } pygio_minmax_backward_params;
 
 /* *bytes = the workspace pygio_minmax_backward needs (sizes, dtype, deterministic

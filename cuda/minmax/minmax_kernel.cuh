@@ -35,9 +35,11 @@
 //    then (kChunks) adds chunks of long sources with atomicAdd; then
 //    minmax_grad_rows_kernel over the deferred rows (and the hub kernels)
 //    as above;
-//  - deterministic: minmax_share_kernel (each element's share of its
-//    gradient) then minmax_gather_grad_kernel (a warp per source row of
-//    CSR^T, every element summed in one lane in CSR^T order).
+//  - deterministic: minmax_walk_share_kernel (the share of each element
+//    that walks), then minmax_gather_grad_kernel (a warp per source row of
+//    CSR^T, each entry's winners found by its position in its row, summed
+//    in a fixed order; long sources in chunks whose sums
+//    minmax_gather_hub_finish_kernel adds in chunk order).
 #pragma once
 
 #include "../common/gather.cuh"
@@ -1046,66 +1048,213 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// share[r * width + f] = the gradient every taking source of element (r, f) gets.
+// The share of gradient g that each source taking element (r, f) gets
+// where the element walks (walk_row's rule: the same for every taker).
+template <typename Traits>
+__device__ __forceinline__ typename Traits::acc_t walk_element_share(
+    const pygio_minmax_backward_params& p, int64_t r, int64_t f, typename Traits::acc_t g) {
+  typename Traits::acc_t value(0);
+  bool first = true;  // every taking source gets the same share: keep the first
+  walk_row<Traits>(p, r, f, g, [&](int64_t, typename Traits::acc_t s) {
+    if (first) value = s, first = false;
+  });
+  return value;
+}
+
+// share[r * width + f] = walk_element_share of every element (r, f) that
+// walks (arg's kCodeWalk); the other elements of share are not written.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    minmax_share_kernel(const __grid_constant__ pygio_minmax_backward_params p,
-                        typename Traits::acc_t* __restrict__ share) {
+    minmax_walk_share_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                             typename Traits::acc_t* __restrict__ share) {
   using scalar_t = typename Traits::scalar_t;
-  using acc_t = typename Traits::acc_t;
   const auto* __restrict__ grad_out = static_cast<const scalar_t*>(p.grad_out);
   const int64_t total = p.a.num_rows * p.width;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (load_code(p.arg, p.arg_bytes, i) != kCodeWalk) continue;
     const int64_t r = i / p.width, f = i - r * p.width;
-    const int32_t code = load_code(p.arg, p.arg_bytes, i);
-    const acc_t g = DTypeTraits<scalar_t>::load(grad_out[r * p.grad_out_row_stride + f]);
-    acc_t value = acc_t(0);
-    if (code >= 0) {
-      value = g;
-    } else if (code == kCodeWalk) {
-      bool first = true;  // every taking source gets the same share: keep the first
-      walk_row<Traits>(p, r, f, g, [&](int64_t, acc_t s) {
-        if (first) value = s, first = false;
-      });
-    }
-    share[i] = value;
+    share[i] = walk_element_share<Traits>(
+        p, r, f, DTypeTraits<scalar_t>::load(grad_out[r * p.grad_out_row_stride + f]));
   }
 }
 
-// grad_x[u, f] = sum over the CSR^T entries (u -> v) of share[v, f] where
-// source u takes a share of element (v, f): x[u, f] equals the result, or
-// the result is NaN (a plain winner is its row's one entry equal to the
-// result, so the value names it as it names a walk's matches; arg is not
-// read: share already holds its rule); a warp per source row.
-template <typename Traits>
+// Pieces of kVec features a lane of the gather kernel holds.
+constexpr int kGatherPieces = 4;
+
+// sum[i] += what element (v, piece * V + i) of the forward's output gives
+// the CSR^T entry (u -> v) at `position` in v's row: its gradient where
+// the entry is the plain winner (arg's code is the position; kByPosition
+// false: the code is a position and x[u, f] equals the result, a plain
+// winner being its row's one entry equal to it), else, where the element
+// walks and x[u, f] equals the result or the result is NaN, its share
+// (minmax_walk_share_kernel's). own / own_loaded: x[u, piece], loaded on
+// first need.
+template <typename Traits, bool kByPosition>
+__device__ __forceinline__ void gather_entry_piece(
+    const pygio_minmax_backward_params& p, int64_t u, int64_t v, int64_t position,
+    int64_t piece, const typename Traits::acc_t* __restrict__ share,
+    typename Traits::acc_t (&own)[Traits::kVec], bool& own_loaded,
+    typename Traits::acc_t (&sum)[Traits::kVec]) {
+  using scalar_t = typename Traits::scalar_t;
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec;
+  int32_t code[V];
+  load_codes<V>(p.arg, p.arg_bytes, v * p.width + piece * V, code);
+  bool plain[V], walk[V], compare = false;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    plain[i] = kByPosition && code[i] == position;
+    walk[i] = code[i] == kCodeWalk;
+    compare = compare || walk[i] || (!kByPosition && code[i] >= 0);
+  }
+  if (compare) {
+    if (!own_loaded) {
+      const Pack<scalar_t, V> mine = load_pack<V>(static_cast<const scalar_t*>(p.x) +
+                                                  u * p.x_row_stride + piece * V);
+      widen_pack(mine, own);
+      own_loaded = true;
+    }
+    const Pack<scalar_t, V> r = load_pack<V>(static_cast<const scalar_t*>(p.out) +
+                                             v * p.out_row_stride + piece * V);
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const acc_t result = DTypeTraits<scalar_t>::load(r.v[i]);
+      const bool equal = same_value(own[i], result);
+      if (!kByPosition) plain[i] = code[i] >= 0 && equal;
+      walk[i] = walk[i] && (equal || result != result);
+    }
+  }
+  bool any_plain = false;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    any_plain = any_plain || plain[i];
+    if (walk[i]) sum[i] += share[v * p.width + piece * V + i];
+  }
+  if (!any_plain) return;
+  const Pack<scalar_t, V> g = load_pack<V>(static_cast<const scalar_t*>(p.grad_out) +
+                                           v * p.grad_out_row_stride + piece * V);
+#pragma unroll
+  for (int i = 0; i < V; ++i)
+    if (plain[i]) sum[i] += DTypeTraits<scalar_t>::load(g.v[i]);
+}
+
+// grad_x[u, :] = the sum over the CSR^T entries e = (u -> v) of what each
+// element (v, f) gives the entry (gather_entry_piece; the entry's position
+// in v's row is perm_t[e] - rowptr[v] with kByPosition): a warp per source,
+// the layout's sub-groups on interleaved entries, kGatherPieces pieces of
+// kVec features a lane, summed over the sub-groups with shuffles; the next
+// entry's destination and position load while an entry is summed. No
+// atomics and a fixed order: the same sums every run. kChunks false: an
+// item is a source; one of more than PYGIO_MINMAX_BUCKET_SOURCE_CHUNK
+// entries is registered in source_hubs instead (or, the list full, is
+// summed here). kChunks true (launched after): an item is a chunk of a
+// registered source, its sums stored to its row of chunk_sums
+// (minmax_gather_hub_finish_kernel adds them up).
+template <typename Traits, bool kByPosition, bool kChunks>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     minmax_gather_grad_kernel(const __grid_constant__ pygio_minmax_backward_params p,
-                              const typename Traits::acc_t* __restrict__ share) {
+                              WarpLayout layout,
+                              const typename Traits::acc_t* __restrict__ share,
+                              const HubList source_hubs,
+                              typename Traits::acc_t* __restrict__ chunk_sums) {
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec, P = kGatherPieces;
+  constexpr int64_t kChunk = PYGIO_MINMAX_BUCKET_SOURCE_CHUNK;
+  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
   const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
   const auto* __restrict__ col_t = static_cast<const index_t*>(p.a_t.col);
-  const auto* __restrict__ x = static_cast<const scalar_t*>(p.x);
-  const auto* __restrict__ out = static_cast<const scalar_t*>(p.out);
+  const auto* __restrict__ perm_t = static_cast<const index_t*>(p.perm_t);
   auto* __restrict__ grad_x = static_cast<scalar_t*>(p.grad_x);
   const int lane = threadIdx.x % kWarpSize;
+  const int sub = layout.sub_group(lane), subs = layout.sub_groups();
+  const int64_t pieces = p.width / V;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  for (int64_t u = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                   threadIdx.x / kWarpSize;
-       u < p.a_t.num_rows; u += warps) {
-    const int64_t begin = rowptr_t[u], end = rowptr_t[u + 1];
-    for (int64_t f = lane; f < p.width; f += kWarpSize) {
-      const acc_t value = DTypeTraits<scalar_t>::load(x[u * p.x_row_stride + f]);
-      acc_t sum = acc_t(0);
-      for (int64_t e = begin; e < end; ++e) {
-        const int64_t v = col_t[e];
-        const acc_t result = DTypeTraits<scalar_t>::load(out[v * p.out_row_stride + f]);
-        if (result != result || same_value(value, result)) sum += share[v * p.width + f];
-      }
-      grad_x[u * p.grad_x_row_stride + f] = DTypeTraits<scalar_t>::store(sum);
+  const int64_t num_hubs = kChunks ? hub_count(source_hubs) : 0;
+  const int64_t items =
+      kChunks ? (num_hubs > 0 ? hub_chunk_count(source_hubs) : 0) : p.a_t.num_rows;
+  // The destination of entry e and its position in the destination's row.
+  auto entry = [&](int64_t e, int64_t* v, int64_t* position) {
+    *v = col_t[e];
+    *position = kByPosition ? static_cast<int64_t>(perm_t[e]) - static_cast<int64_t>(rowptr[*v])
+                            : -1;
+  };
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
+                      threadIdx.x / kWarpSize;
+       item < items; item += warps) {
+    int64_t u = item, begin = 0, end = 0;
+    if constexpr (kChunks) {
+      const int64_t slot =
+          hub_chunk_range(source_hubs, num_hubs, rowptr_t, item, kChunk, &begin, &end);
+      u = source_hubs.hubs[slot].row;
+    } else {
+      begin = rowptr_t[u], end = rowptr_t[u + 1];
+      if (end - begin > kChunk && register_hub(source_hubs, u, end - begin, kChunk, lane))
+        continue;
     }
+    for (int64_t base = 0; base < pieces; base += layout.lanes() * P) {
+      acc_t sum[P][V] = {};
+      acc_t own[P][V];
+      bool own_loaded[P] = {};
+      int64_t v = 0, position = 0;
+      if (begin + sub < end) entry(begin + sub, &v, &position);
+      for (int64_t e = begin + sub; e < end; e += subs) {
+        int64_t next_v = 0, next_position = 0;
+        if (e + subs < end) entry(e + subs, &next_v, &next_position);
+#pragma unroll
+        for (int q = 0; q < P; ++q) {
+          const int64_t piece = layout.piece(lane, base, q);
+          if (piece < pieces)
+            gather_entry_piece<Traits, kByPosition>(p, u, v, position, piece, share, own[q],
+                                                    own_loaded[q], sum[q]);
+        }
+        v = next_v, position = next_position;
+      }
+#pragma unroll
+      for (int q = 0; q < P; ++q) sum_over_sub_groups(layout, sum[q]);
+      if (sub != 0) continue;
+#pragma unroll
+      for (int q = 0; q < P; ++q) {
+        const int64_t piece = layout.piece(lane, base, q);
+        if (piece >= pieces) continue;
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          if constexpr (kChunks)
+            chunk_sums[item * p.width + piece * V + i] = sum[q][i];
+          else
+            grad_x[u * p.grad_x_row_stride + piece * V + i] = DTypeTraits<scalar_t>::store(sum[q][i]);
+        }
+      }
+    }
+  }
+}
+
+// grad_x[u, f] of each source u registered by minmax_gather_grad_kernel =
+// the sum of its chunks' rows of chunk_sums, in chunk order: a thread per
+// (source, feature).
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    minmax_gather_hub_finish_kernel(const __grid_constant__ pygio_minmax_backward_params p,
+                                    const HubList source_hubs,
+                                    const typename Traits::acc_t* __restrict__ chunk_sums) {
+  using scalar_t = typename Traits::scalar_t;
+  using index_t = typename Traits::index_t;
+  using acc_t = typename Traits::acc_t;
+  constexpr int64_t kChunk = PYGIO_MINMAX_BUCKET_SOURCE_CHUNK;
+  const auto* __restrict__ rowptr_t = static_cast<const index_t*>(p.a_t.rowptr);
+  auto* __restrict__ grad_x = static_cast<scalar_t*>(p.grad_x);
+  const int64_t total = hub_count(source_hubs) * p.width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t slot = i / p.width, f = i - slot * p.width;
+    const HubEntry hub = source_hubs.hubs[slot];
+    const int64_t chunks = (rowptr_t[hub.row + 1] - rowptr_t[hub.row] + kChunk - 1) / kChunk;
+    acc_t sum(0);
+    for (int64_t c = hub.first_chunk; c < hub.first_chunk + chunks; ++c)
+      sum += chunk_sums[c * p.width + f];
+    grad_x[hub.row * p.grad_x_row_stride + f] = DTypeTraits<scalar_t>::store(sum);
   }
 }
 

@@ -45,22 +45,48 @@ size_t forward_workspace_bytes(const pygio_minmax_params& p) {
   return slots == 0 ? 0 : forward_zeroed_bytes(p) + round_up(slots * sizeof(HubEntry));
 }
 
+// Whether grad_x is gathered per source over a_t.
+bool gathered(const pygio_minmax_backward_params& p) { return p.deterministic != 0; }
+
 // Hub slots of a backward (as its forward's, fp64 included: the
 // backward's hub words are match counts).
 int64_t backward_hub_slots(const pygio_minmax_backward_params& p) {
-  if (p.deterministic || p.hub_degree == nullptr || p.width == 0) return 0;
+  if (gathered(p) || p.hub_degree == nullptr || p.width == 0) return 0;
   const int64_t bound = p.a.nnz / (PYGIO_MINMAX_MIN_HUB_DEGREE + 1);
   const int64_t slots = p.max_hubs < bound ? p.max_hubs : bound;
   return slots < p.a.num_rows ? slots : p.a.num_rows;
 }
 
-// Layout: the fp32 accumulator of 16-bit grad_x (or, deterministic, every
-// element's share), then counter, hub matches (zeroed by one memset), hub
-// list, then with buckets their groups (zeroed), features, gradients, two
-// counters (zeroed), the source hub list and the deferred rows.
+// Sources of more than the chunk's entries a gather registers: at most
+// nnz / (chunk + 1); their chunks: at most nnz / chunk + one a source.
+int64_t gather_source_slots(const pygio_minmax_backward_params& p) {
+  const int64_t bound = p.a.nnz / (PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + 1);
+  return bound < p.a.num_cols ? bound : p.a.num_cols;
+}
+int64_t gather_chunk_slots(const pygio_minmax_backward_params& p) {
+  return p.a.nnz / PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + gather_source_slots(p);
+}
+// Layout, gathered: the walking elements' shares (an accumulator an
+// element of out), a counter and the source hub list, the chunks' sums.
+// Otherwise: the fp32 accumulator of 16-bit grad_x, then counter, hub
+// matches (zeroed by one memset), hub list, then with buckets their groups
+// (zeroed), features, gradients, two counters (zeroed), the source hub
+// list and the deferred rows.
+struct GatherLayout {
+  size_t counter, source_hubs, chunk_sums, end;  // offsets
+};
+GatherLayout gather_layout(const pygio_minmax_backward_params& p) {
+  const size_t acc = accumulator_size(p.dtype);
+  const int64_t slots = gather_source_slots(p);
+  GatherLayout l{};
+  l.counter = round_up(p.a.num_rows * p.width * acc);
+  l.source_hubs = l.counter + (slots == 0 ? 0 : kAlign);
+  l.chunk_sums = l.source_hubs + round_up(slots * sizeof(HubEntry));
+  l.end = l.chunk_sums + (slots == 0 ? 0 : round_up(gather_chunk_slots(p) * p.width * acc));
+  return l;
+}
 size_t backward_accumulator_bytes(const pygio_minmax_backward_params& p) {
   const size_t acc = accumulator_size(p.dtype);
-  if (p.deterministic) return round_up(p.a.num_rows * p.width * acc);
   return element_size(p.dtype) == 2 ? round_up(p.a.num_cols * p.width * acc) : 0;
 }
 size_t backward_zeroed_bytes(const pygio_minmax_backward_params& p) {
@@ -72,7 +98,7 @@ size_t backward_hubs_bytes(const pygio_minmax_backward_params& p) {
 }
 
 bool buckets(const pygio_minmax_backward_params& p) {
-  return !p.deterministic && p.perm_t != nullptr;
+  return !gathered(p) && p.perm_t != nullptr;
 }
 // Sources of more than the chunk's entries: at most nnz / (chunk + 1).
 int64_t bucket_source_slots(const pygio_minmax_backward_params& p) {
@@ -96,6 +122,7 @@ BucketLayout bucket_layout(const pygio_minmax_backward_params& p) {
   return l;
 }
 size_t backward_workspace_bytes(const pygio_minmax_backward_params& p) {
+  if (gathered(p)) return gather_layout(p).end;
   if (buckets(p)) return bucket_layout(p).end;
   return backward_accumulator_bytes(p) + backward_hubs_bytes(p);
 }
@@ -215,25 +242,63 @@ int launch_bucket_sums(const pygio_minmax_backward_params& p, WarpLayout layout,
   return PYGIO_OK;
 }
 
+// The gathered backward (pyg_ioaware.h): the walking elements' shares
+// (minmax_walk_share_kernel), a warp per source storing its grad_x row and
+// registering the sources of more than PYGIO_MINMAX_BUCKET_SOURCE_CHUNK
+// entries, a warp per chunk of those storing its sums, then each
+// registered source's chunks summed in order.
+template <typename Traits>
+int launch_gather(const pygio_minmax_backward_params& p, cudaStream_t stream) {
+  using acc_t = typename Traits::acc_t;
+  const GatherLayout l = gather_layout(p);
+  auto* base = static_cast<char*>(p.workspace);
+  auto* share = reinterpret_cast<acc_t*>(base);
+  auto* chunk_sums = reinterpret_cast<acc_t*>(base + l.chunk_sums);
+  const HubList source_hubs{reinterpret_cast<unsigned long long*>(base + l.counter),
+                            reinterpret_cast<HubEntry*>(base + l.source_hubs),
+                            gather_source_slots(p)};
+  unsigned grid = 0;
+  if (p.a.num_rows * p.width > 0) {
+    PYGIO_TRY(resident_grid(p.a.num_rows * p.width, Traits::kThreadsPerBlock,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    minmax_walk_share_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, share);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+  }
+  if (source_hubs.capacity > 0)
+    PYGIO_CHECK_CUDA(cudaMemsetAsync(source_hubs.counter, 0, kAlign, stream));
+  const int64_t pieces = p.width / Traits::kVec;
+  const WarpLayout layout = warp_layout((pieces + kGatherPieces - 1) / kGatherPieces);
+  auto gather = [&](auto by_position) -> int {
+    constexpr bool kByPosition = decltype(by_position)::value;
+    PYGIO_TRY(resident_grid(p.a_t.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
+                            p.device, &grid));
+    minmax_gather_grad_kernel<Traits, kByPosition, false>
+        <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, share, source_hubs,
+                                                        chunk_sums);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    if (source_hubs.capacity == 0) return PYGIO_OK;
+    PYGIO_TRY(resident_grid(gather_chunk_slots(p), Traits::kWarpsPerBlock,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    minmax_gather_grad_kernel<Traits, kByPosition, true>
+        <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, share, source_hubs,
+                                                        chunk_sums);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    PYGIO_TRY(resident_grid(source_hubs.capacity * p.width, Traits::kThreadsPerBlock,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    minmax_gather_hub_finish_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
+        p, source_hubs, chunk_sums);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    return PYGIO_OK;
+  };
+  return p.perm_t != nullptr ? gather(std::true_type{}) : gather(std::false_type{});
+}
+
 template <typename Traits>
 int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) {
   using acc_t = typename Traits::acc_t;
   using scalar_t = typename Traits::scalar_t;
   unsigned grid = 0;
-  if (p.deterministic) {
-    auto* share = static_cast<acc_t*>(p.workspace);
-    PYGIO_TRY(resident_grid(p.a.num_rows * p.width, Traits::kThreadsPerBlock,
-                            Traits::kThreadsPerBlock, p.device, &grid));
-    if (p.a.num_rows * p.width > 0) {
-      minmax_share_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, share);
-      PYGIO_CHECK_CUDA(cudaGetLastError());
-    }
-    PYGIO_TRY(resident_grid(p.a_t.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                            p.device, &grid));
-    minmax_gather_grad_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, share);
-    PYGIO_CHECK_CUDA(cudaGetLastError());
-    return PYGIO_OK;
-  }
+  if (gathered(p)) return launch_gather<Traits>(p, stream);
   constexpr bool kDirect = sizeof(scalar_t) == sizeof(acc_t);  // grad_x is its own accumulator
   acc_t* acc = kDirect ? static_cast<acc_t*>(p.grad_x) : static_cast<acc_t*>(p.workspace);
   const int64_t acc_stride = kDirect ? p.grad_x_row_stride : p.width;
@@ -363,7 +428,8 @@ int check_backward(const pygio_minmax_backward_params& p, const char* entry) {
   PYGIO_TRY(check_common(p.dtype, p.reduce, p.a, p.width, entry));
   PYGIO_CHECK_ARG(p.deterministic == 0 || p.deterministic == 1,
                   entry_message(entry, "deterministic must be 0 or 1"));
-  if (p.deterministic || buckets(p)) {
+  const bool transposed = gathered(p) || buckets(p);
+  if (transposed) {
     PYGIO_TRY(check_csr(p.a_t, entry));
     PYGIO_CHECK_ARG(p.a_t.num_rows == p.a.num_cols && p.a_t.num_cols == p.a.num_rows &&
                         p.a_t.nnz == p.a.nnz && p.a_t.index_bits == p.a.index_bits,
@@ -383,6 +449,9 @@ int check_backward(const pygio_minmax_backward_params& p, const char* entry) {
                   entry_message(entry, "this call needs a workspace"));
   PYGIO_CHECK_ARG(aligned(p.workspace, kAlign),
                   entry_message(entry, "workspace must be 16-byte aligned"));
+  // A gather reads every source's row extent, entries or not.
+  PYGIO_CHECK_ARG(!transposed || p.a_t.rowptr != nullptr,
+                  entry_message(entry, "a_t.rowptr must not be NULL"));
   if (p.a.num_rows == 0) return PYGIO_OK;
   PYGIO_CHECK_ARG(p.a.rowptr != nullptr && p.arg != nullptr && p.grad_out != nullptr &&
                       p.out != nullptr && aligned(p.arg, kAlign),
@@ -392,9 +461,7 @@ int check_backward(const pygio_minmax_backward_params& p, const char* entry) {
                   entry_message(entry, "arg_bytes must be 1 or 2"));
   PYGIO_TRY(check_row_stride(p.out_row_stride, p.width, "out", entry));
   PYGIO_TRY(check_row_stride(p.grad_out_row_stride, p.width, "grad_out", entry));
-  PYGIO_CHECK_ARG((p.deterministic == 0 && !buckets(p)) || p.a_t.rowptr != nullptr,
-                  entry_message(entry, "a_t.rowptr must not be NULL"));
-  PYGIO_CHECK_ARG(!buckets(p) || p.a.nnz == 0 || p.a_t.col != nullptr,
+  PYGIO_CHECK_ARG(!transposed || p.a.nnz == 0 || p.a_t.col != nullptr,
                   entry_message(entry, "a_t.col must not be NULL"));
   if (p.a.nnz == 0) return PYGIO_OK;
   PYGIO_CHECK_ARG(p.x != nullptr, entry_message(entry, "x must not be NULL"));

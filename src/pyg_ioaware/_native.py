@@ -896,16 +896,33 @@ def minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
     check(lib.pygio_minmax(ctypes.byref(params)))
 
 
+#: How the min / max backward adds each element's gradient to its sources
+#: (pyg_ioaware.h, pygio_minmax_backward; codes in this order for the host
+#: extension): one atomicAdd a plain winner; the plain winners bucketed,
+#: then gathered per source over the CSR^T; every source's gradient
+#: gathered over the CSR^T in a fixed order, without atomics.
+MINMAX_BACKWARD_PATHS = ("atomics", "buckets", "deterministic")
+
+
 def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: Tensor,
                     out: Tensor, arg: Tensor, grad_out: Tensor, reduce: str,
-                    hub_degree: Optional[Tensor], max_hubs: int, grad_x: Tensor) -> None:
+                    hub_degree: Optional[Tensor], max_hubs: int, grad_x: Tensor,
+                    path: str) -> None:
     """Enqueues grad_x = the gradient of pygio_minmax's out through its arg
-    on torch's current stream (contract: pygio_minmax_backward): where
-    ``transpose`` is (rowptr_t, col_t), the CSR^T, deterministic; where it
-    is (rowptr_t, col_t, perm_t), CSR^T position -> CSR position, the plain
-    winners bucketed and gathered per source; else with atomics; rows above
+    on torch's current stream (contract: pygio_minmax_backward) by ``path``
+    (MINMAX_BACKWARD_PATHS), ``transpose`` the CSR^T (rowptr_t, col_t[,
+    perm_t], perm_t: CSR^T position -> CSR position) every path but
+    "atomics" reads: "buckets" needs perm_t, "deterministic" takes the
+    entries by position where it is given (else by value); rows above
     ``hub_degree`` walking in chunks."""
+    if path not in MINMAX_BACKWARD_PATHS:
+        raise ValueError(f"minmax_backward: path must be one of {MINMAX_BACKWARD_PATHS}, "
+                         f"got {path!r}")
     rowptr_t, col_t, perm_t = (tuple(transpose) + (None,) * 3)[:3] if transpose else (None,) * 3
+    if (path != "atomics") != (transpose is not None) or (path == "buckets" and perm_t is None):
+        raise ValueError(f"minmax_backward: the {path!r} path takes "
+                         + ("no CSR^T" if path == "atomics" else "the CSR^T (rowptr_t, col_t"
+                            + (", perm_t)" if path == "buckets" else "[, perm_t])")))
     if perm_t is not None and (perm_t.dtype != col_t.dtype or perm_t.numel() != col_t.numel()
                                or not perm_t.is_contiguous()):
         raise ValueError("minmax_backward: perm_t must be a contiguous permutation of the "
@@ -917,7 +934,8 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
         if transpose is not None:
             _check_launch(rowptr_t, col_t)
         _host_call(host.minmax_backward, rowptr, col, rowptr_t, col_t, perm_t, x, out, arg,
-                   grad_out, REDUCE_CODES[reduce], hub_degree, max_hubs, grad_x)
+                   grad_out, REDUCE_CODES[reduce], hub_degree, max_hubs, grad_x,
+                   MINMAX_BACKWARD_PATHS.index(path))
         return
     lib = library()
     num_rows = rowptr.numel() - 1
@@ -927,7 +945,7 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
     params = MinmaxBackwardParams(
         struct_size=ctypes.sizeof(MinmaxBackwardParams), dtype=_dtype_code(x.dtype),
         device=x.device.index, reduce=REDUCE_CODES[reduce],
-        deterministic=int(transpose is not None and perm_t is None),
+        deterministic=int(path == "deterministic"),
         a=_csr(rowptr, col, x.size(0)), a_t=a_t, perm_t=pointer(perm_t),
         width=x.size(1), hub_degree=_int64_pointer(hub_degree), max_hubs=max_hubs,
         x=x.data_ptr(), x_row_stride=_row_stride(x, "x"),

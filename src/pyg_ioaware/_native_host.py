@@ -44,7 +44,7 @@ ENV_MODULE_PATH = "PYG_IOAWARE_HOST_LIB"
 MODULE_NAME = "pyg_ioaware._native_host_ext"
 #: The module's interface (cuda/host/module.cpp: HOST_API_VERSION) this
 #: loader's callers are written for.
-HOST_API_VERSION = 15
+HOST_API_VERSION = 16
 #: The native library's functions the extension calls (cuda/host/native_api.h:
 #: set_native takes each; an entry point with a workspace comes with its
 #: ``_workspace_size``).

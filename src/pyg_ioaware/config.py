@@ -32,7 +32,7 @@
 
 ``minmax_backward``: how the min / max backward adds each output's
     gradient to its winning source.
-    ``"auto"`` (default): ``"buckets"`` where ops.minmax.backward_buckets
+    ``"auto"`` (default): ``"buckets"`` where ops.minmax.backward_path
     finds them faster (float32, at least 4 entries a destination on
     average, and a source gradient of at least 32 L2 caches: 2 GB on an
     H200), else ``"atomics"``.
@@ -44,7 +44,8 @@
     a workspace of 6 (float32) or 4 (16-bit) bytes an output element, 4 an
     edge and 8 a node. CUDA float32 / 16-bit features of at most 512 columns;
     elsewhere (and with torch.use_deterministic_algorithms(True)) the
-    other paths run.
+    other paths run. Under torch.use_deterministic_algorithms(True) every
+    source's gradient is gathered over the CSR^T in a fixed order instead.
     Set from the environment variable PYG_IOAWARE_MINMAX_BACKWARD too.
 
 ``autotune``: time every supported backend the first time a shape class is

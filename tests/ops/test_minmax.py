@@ -799,7 +799,7 @@ def test_cuda_full_hub_list(dtype):
             assert_arg(arg, ref_args[2], 2)
             grad_x = torch.full_like(x, math.nan)
             _native.minmax_backward(graph.rowptr, graph.col, None, x, out, arg, grad, reduce,
-                                    threshold, max_hubs, grad_x)
+                                    threshold, max_hubs, grad_x, "atomics")
             assert_grad_close(grad_x, ref_grad, bound, dtype)
 
 
@@ -1000,6 +1000,67 @@ def test_cuda_sanitizer_bucketed_backward(reduce, dtype, index_width, monkeypatc
     assert 3 in paths and None in paths
 
 
+# -------------------------------------- deterministic backward, by position
+@pytest.mark.cuda
+@pytest.mark.parametrize("index_width", [32, 64])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_sanitizer_deterministic_long_sources(reduce, dtype, index_width, monkeypatch):
+    """The deterministic backward gathers each source's gradient over its
+    CSR^T row, an entry's winners found by its position in its row (the
+    CSR^T's permutation; the raw kernels by value too, without it): the
+    C++ node and the Python Function under deterministic algorithms, and
+    the raw kernels both ways, bitwise the same twice, against PyG in
+    float64 on a graph with sources of far more entries than a chunk
+    (3000, 700 and 257 entries, summed in chunks, then in chunk order; 256
+    is not split), hub destinations, ties, special values, degree-0 nodes
+    and duplicate edges; odd widths and a wide one."""
+    check_native("cuda")
+    if index_width == 64:
+        monkeypatch.setattr(config, "force_int64_indices", True)
+    seed = seed_of("minmax-deterministic-long", reduce, dtype, index_width)
+    gen = torch.Generator().manual_seed(seed)
+    num_src, num_dst = 900, 700
+    edge_index = hubs_graph(num_src, num_dst, 2000, seed, dst_hubs=[(5, 600), (9, 257)],
+                            src_hubs=[(1, 3000), (2, 700), (3, 257), (4, 256)], gen=gen)
+    paths = []
+
+    def spy(*args):
+        paths.append(args[-1])
+        return NATIVE_MINMAX_BACKWARD(*args)
+    monkeypatch.setattr(_native, "minmax_backward", spy)
+    for width, kind in ((1, "ties"), (17, "special"), (130, "ties"), (64, "distinct"),
+                        (512, "ties")):
+        x = features(num_src, width, kind, dtype, gen)
+        grad = grad_values(num_dst, width, dtype, gen)
+        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), num_dst, reduce,
+                                                 grad.double())
+        for native_host in (True, False):
+            monkeypatch.setattr(config, "native_host", native_host)
+            graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_dst))
+            xx = x.cuda().requires_grad_()
+            out = graph_minmax(graph, xx, reduce)
+            assert_same_values(out, ref_out, dtype)
+            previous = torch.are_deterministic_algorithms_enabled()
+            torch.use_deterministic_algorithms(True)
+            try:
+                (got,) = torch.autograd.grad(out, xx, grad.cuda())
+            finally:
+                torch.use_deterministic_algorithms(previous)
+            assert_grad_close(got, ref_grad, bound, dtype)
+        t, x_dev, grad_dev = graph.transpose, x.cuda(), grad.cuda()
+        out, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce)
+        for perm in (t.perm, None):
+            first, second = (mm._minmax_backward_kernel(graph.rowptr, graph.col, t.rowptr,
+                                                        t.col, x_dev, out, arg, grad_dev,
+                                                        reduce, perm, "deterministic")
+                             for _ in range(2))
+            assert_grad_close(first, ref_grad, bound, dtype)
+            assert torch.equal(bits(first), bits(second))
+    # The Python Function's launches (the C++ node's go to the library directly).
+    assert "deterministic" in paths
+
+
 @pytest.mark.cuda
 def test_backward_buckets_choice(monkeypatch):
     """config.minmax_backward: "atomics" never buckets, "buckets" wherever
@@ -1015,28 +1076,27 @@ def test_backward_buckets_choice(monkeypatch):
         assert any("minmax_grad_bucket_sums_kernel" in n for n in names) == (mode == "buckets")
     dense = Graph.from_edge_index(torch.tensor([[0, 1], [1, 0]], device="cuda").repeat(1, 8), 2)
     x = torch.zeros(2, 64, device="cuda")
-    for mode, want in (("atomics", False), ("buckets", True), ("auto", False)):
+    for mode, want in (("atomics", "atomics"), ("buckets", "buckets"), ("auto", "atomics")):
         monkeypatch.setattr(config, "minmax_backward", mode)
-        assert mm.backward_buckets(dense, x) is want
+        assert mm.backward_path(dense, x) == want
     monkeypatch.setattr(config, "minmax_backward", "buckets")
-    assert not mm.backward_buckets(dense, x.double())
-    assert not mm.backward_buckets(dense, torch.zeros(2, mm.BUCKET_MAX_WIDTH + 1, device="cuda"))
-    assert not mm.backward_buckets(dense, x.cpu())
+    assert mm.backward_path(dense, x.double()) == "atomics"
+    too_wide = torch.zeros(2, mm.BUCKET_MAX_WIDTH + 1, device="cuda")
+    assert mm.backward_path(dense, too_wide) == "atomics"
+    assert mm.backward_path(dense, x.cpu()) == "atomics"
     monkeypatch.setattr(config, "minmax_backward", "auto")
     # BUCKET_MIN_DEGREE entries a destination and a float32 gradient of
     # BUCKET_MIN_L2_MULTIPLE L2 caches: buckets, for float32 features only.
     num_src = mm.BUCKET_MIN_L2_MULTIPLE * mm._l2_bytes(x.device) // (4 * 64) + 1
     entries = 2 * mm.BUCKET_MIN_DEGREE
-    big = Graph.from_edge_index(torch.zeros(2, entries, dtype=torch.long, device="cuda"),
-                                (num_src, 2))
-    assert mm.backward_buckets(big, x)
-    assert not mm.backward_buckets(big, x.bfloat16())
-    sparse = Graph.from_edge_index(torch.zeros(2, entries - 1, dtype=torch.long, device="cuda"),
-                                   (num_src, 2))
-    assert not mm.backward_buckets(sparse, x)
-    small = Graph.from_edge_index(torch.zeros(2, entries, dtype=torch.long, device="cuda"),
-                                  (num_src - 2, 2))
-    assert not mm.backward_buckets(small, x)
+
+    def star(num_src, num_entries):
+        return Graph.from_edge_index(torch.zeros(2, num_entries, dtype=torch.long,
+                                                 device="cuda"), (num_src, 2))
+    assert mm.backward_path(star(num_src, entries), x) == "buckets"
+    assert mm.backward_path(star(num_src, entries), x.bfloat16()) == "atomics"
+    assert mm.backward_path(star(num_src, entries - 1), x) == "atomics"
+    assert mm.backward_path(star(num_src - 2, entries), x) == "atomics"
 
 
 # ------------------------------------------------------------ CPU training
@@ -1229,19 +1289,21 @@ def test_valid_inputs_of_the_bad_input_cases_run(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64],
                          ids=["fp32", "bf16", "fp64"])
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_sanitizer_garbage_arg_never_reads_out_of_bounds(deterministic, dtype, device):
+@pytest.mark.parametrize("path", ["atomics", "deterministic", "deterministic by position"])
+def test_sanitizer_garbage_arg_never_reads_out_of_bounds(path, dtype, device):
     """An arg that is not the forward's (random codes of one and two bytes,
     the walk and empty codes, positions at and past a row's end) and an out
     of random values give a wrong gradient but never an illegal memory
-    access (on CUDA: the synchronize after each call raises on one)."""
+    access (on CUDA: the synchronize after each call raises on one), on
+    every backward path (the deterministic one by value and by position)."""
     check_native(device)
     cuda = torch.device(device).type == "cuda"
     edge_index, num_src, num_rows, _, _, _ = hub_case("cpu")
     graph = Graph.from_edge_index(edge_index.to(device), (num_src, num_rows))
     t = graph.transpose
-    rowptr_t, col_t = (t.rowptr, t.col) if deterministic else (None, None)
-    gen = torch.Generator().manual_seed(seed_of("minmax-garbage", deterministic, dtype))
+    rowptr_t, col_t = (None, None) if path == "atomics" else (t.rowptr, t.col)
+    perm_t = t.perm if path == "deterministic by position" else None
+    gen = torch.Generator().manual_seed(seed_of("minmax-garbage", path, dtype))
     for width in ((1, 3, 64) if cuda else (3,)):
         x = features(num_src, width, "ties", dtype, gen).to(device)
         grad = grad_values(num_rows, width, dtype, gen).to(device)
@@ -1257,8 +1319,9 @@ def test_sanitizer_garbage_arg_never_reads_out_of_bounds(deterministic, dtype, d
             garbage = garbage.to(mm.ARG_DTYPES[arg_bytes]).to(device)
             for reduce in REDUCES:
                 for o in (out, noise):
-                    gx = backward_op(graph.rowptr, graph.col, rowptr_t, col_t, x, o, garbage,
-                                     grad, reduce)
+                    gx = mm._minmax_backward_kernel(graph.rowptr, graph.col, rowptr_t, col_t,
+                                                    x, o, garbage, grad, reduce, perm_t,
+                                                    path.split()[0])
                     if cuda:
                         torch.cuda.synchronize()
                     assert gx.shape == x.shape and gx.dtype == dtype

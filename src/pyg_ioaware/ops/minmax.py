@@ -26,12 +26,15 @@ walk on long rows, never a wrong gradient.
     f] is 0; NaN to every entry of a NaN result. With the CSR^T (rowptr_t,
     col_t) it sums in a fixed order without atomics (deterministic).
 
-The differentiable form's CUDA backward adds a plain winner's gradient to
-its source with one atomicAdd, or, where :func:`backward_buckets` chooses
-(``config.minmax_backward``), writes the plain winners grouped by entry and
-gathers them per source over the graph's CSR^T: no scattered
-read-modify-write an element where the source gradient is far larger than
-L2, for a workspace of 4-6 bytes an output element.
+The differentiable form's CUDA backward takes the path :func:`backward_path`
+chooses (``config.minmax_backward``): a plain winner's gradient added to
+its source with one atomicAdd; or the plain winners written grouped by
+entry, then gathered per source over the graph's CSR^T (buckets: no
+scattered read-modify-write an element where the source gradient is far
+larger than L2, for a workspace of 4-6 bytes an output element). Under
+torch.use_deterministic_algorithms(True) it gathers every source's
+gradient over the CSR^T straight from arg, each entry's winners found by
+its position in its row (the CSR^T's permutation), in a fixed order.
 
 On CUDA the kernels of cuda/minmax run: light rows a warp each with 16-byte
 loads, rows above the ``hub_quantile`` degree quantile (0.99 by default,
@@ -228,20 +231,25 @@ def _minmax_kernel(rowptr, col, x, reduce, hub_quantile, with_arg,
 
 
 def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
-                            reduce, perm_t: Optional[Tensor] = None) -> Tensor:
-    """The backward's kernels (or the reference off CUDA): deterministic
-    with the CSR^T (rowptr_t, col_t), bucketed with its perm_t too (CSR^T
-    position -> CSR position; :func:`backward_buckets`), else atomics."""
+                            reduce, perm_t: Optional[Tensor] = None,
+                            path: Optional[str] = None) -> Tensor:
+    """The backward's kernels (or the reference off CUDA) by ``path``
+    (_native.MINMAX_BACKWARD_PATHS; None: "deterministic" with the CSR^T
+    (rowptr_t, col_t), "buckets" with its perm_t too (CSR^T position -> CSR
+    position), else "atomics")."""
     if not native_ready(x.device):
         return minmax_backward_reference(rowptr, col, x, out, arg, grad_out)
+    if path is None:
+        path = ("atomics" if rowptr_t is None else
+                "deterministic" if perm_t is None else "buckets")
     x, out, grad_out = rows_readable(x), rows_readable(out), rows_readable(grad_out)
     grad_x = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     transpose = None
-    if rowptr_t is not None:
+    if path != "atomics":
         transpose = (rowptr_t, col_t) if perm_t is None else (rowptr_t, col_t, perm_t)
     degree, max_hubs = hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE)
     _native.minmax_backward(rowptr, col, transpose, x, out, _arg_readable(arg), grad_out, reduce,
-                            degree, max_hubs, grad_x)
+                            degree, max_hubs, grad_x, path)
     return grad_x
 
 
@@ -353,23 +361,25 @@ def bucket_kernels_take(x: Tensor) -> bool:
             and 0 < x.size(1) <= BUCKET_MAX_WIDTH)
 
 
-def backward_buckets(graph, x: Tensor) -> bool:
-    """Whether the min / max backward of ``x`` over ``graph`` buckets its
-    plain winners and gathers them per source over the CSR^T
-    (``config.minmax_backward``): only where :func:`bucket_kernels_take`
-    ``x`` and not traced (the CSR^T and its permutation are eager state);
-    "auto": float32 features where the average in-degree is at least
-    BUCKET_MIN_DEGREE and the source gradient at least
-    BUCKET_MIN_L2_MULTIPLE times the L2 cache."""
+def backward_path(graph, x: Tensor) -> str:
+    """How the min / max backward of ``x`` over ``graph`` adds the
+    gradients (``config.minmax_backward``): "buckets" (the plain winners
+    bucketed, then gathered per source over the CSR^T) only where
+    :func:`bucket_kernels_take` ``x`` and not traced (the CSR^T and its
+    permutation are eager state); "auto": for float32 features where the
+    average in-degree is at least BUCKET_MIN_DEGREE and the source gradient
+    at least BUCKET_MIN_L2_MULTIPLE times the L2 cache; else "atomics".
+    torch's deterministic algorithms override it at the backward."""
     mode = config.minmax_backward
     if mode == "atomics" or not bucket_kernels_take(x) or torch.compiler.is_compiling():
-        return False
+        return "atomics"
     if mode == "buckets":
-        return True
+        return "buckets"
     if x.dtype != torch.float32 or graph.num_edges < BUCKET_MIN_DEGREE * graph.num_dst:
-        return False
+        return "atomics"
     gradient_bytes = graph.num_src * x.size(1) * 4
-    return gradient_bytes >= BUCKET_MIN_L2_MULTIPLE * _l2_bytes(x.device)
+    return ("buckets" if gradient_bytes >= BUCKET_MIN_L2_MULTIPLE * _l2_bytes(x.device)
+            else "atomics")
 
 
 def _l2_bytes(device: torch.device) -> int:
@@ -387,17 +397,17 @@ class MinMaxFunction(torch.autograd.Function):
     """Differentiable out = neighbor_minmax(graph, x): forward saves x, out
     and arg (O(N x C) codes of one byte where the graph's rows are known to
     be short enough (:func:`arg_bytes_for`), else two; no edge tensor);
-    backward scatters through arg (with atomics, or bucketed and gathered
-    over the graph's CSR^T where :func:`backward_buckets` chose so), or,
-    where torch.are_deterministic_algorithms_enabled(), sums over the
-    graph's CSR^T in a fixed order. Not twice differentiable."""
+    backward adds the gradients by the path :func:`backward_path` chose
+    (atomics, or buckets gathered over the graph's CSR^T), or, where
+    torch.are_deterministic_algorithms_enabled(), gathers over the graph's
+    CSR^T in a fixed order. Not twice differentiable."""
 
     @staticmethod
     def forward(ctx, graph, x, reduce, hub_quantile):
         out, arg = minmax_trusted(graph.rowptr, graph.col, x, reduce, hub_quantile, True,
                                   arg_bytes_for(graph.rowptr))
         ctx.graph, ctx.reduce = graph, reduce
-        ctx.buckets = backward_buckets(graph, x)
+        ctx.path = backward_path(graph, x)
         ctx.save_for_backward(x, out, arg)
         return out
 
@@ -405,19 +415,20 @@ class MinMaxFunction(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_out):
         x, out, arg = ctx.saved_tensors
-        graph = ctx.graph
-        rowptr_t = col_t = perm_t = None
+        graph, path = ctx.graph, ctx.path
         if torch.are_deterministic_algorithms_enabled() and x.is_cuda:
-            rowptr_t, col_t = graph.transpose.rowptr, graph.transpose.col
-        elif ctx.buckets:
-            transpose = graph.transpose
-            rowptr_t, col_t, perm_t = transpose.rowptr, transpose.col, transpose.perm
-        if perm_t is None:
+            path = "deterministic"
+        if path == "atomics" or torch.compiler.is_compiling():
+            # The op's own paths: atomics, or by value over the CSR^T in a fixed order.
+            rowptr_t = col_t = None
+            if path == "deterministic":
+                rowptr_t, col_t = graph.transpose.rowptr, graph.transpose.col
             grad_x = minmax_backward_trusted(graph.rowptr, graph.col, rowptr_t, col_t, x, out,
                                              arg, grad_out, ctx.reduce)
         else:
-            grad_x = _minmax_backward_kernel(graph.rowptr, graph.col, rowptr_t, col_t, x, out,
-                                             arg, grad_out, ctx.reduce, perm_t)
+            t = graph.transpose
+            grad_x = _minmax_backward_kernel(graph.rowptr, graph.col, t.rowptr, t.col, x, out,
+                                             arg, grad_out, ctx.reduce, t.perm, path)
         return None, grad_x, None, None
 
 
@@ -438,7 +449,7 @@ def native_minmax_operand(graph, x: Tensor, reduce: str,
                           hub_quantile: float) -> Optional[Tuple[object, tuple]]:
     """(the host extension, the operand's arguments: rowptr, col, the
     reduce code, the forward's and the backward's hub splits, the arg
-    width, the graph, whether the backward buckets (:func:`backward_buckets`))
+    width, the graph, the backward path's code (:func:`backward_path`))
     where the C++ min / max autograd takes ``x`` over
     ``graph``: eagerly on CUDA with config.native_host on and the extension
     loaded; else None."""
@@ -451,7 +462,7 @@ def native_minmax_operand(graph, x: Tensor, reduce: str,
                       else hub_degree(rowptr, col.numel(), DEFAULT_HUB_QUANTILE))
     return extension, (rowptr, col, _native.REDUCE_CODES[reduce], degree, max_hubs,
                        *backward_split, arg_bytes_for(rowptr), graph,
-                       backward_buckets(graph, x))
+                       _native.MINMAX_BACKWARD_PATHS.index(backward_path(graph, x)))
 
 
 def native_autograd_minmax(graph, x: Tensor, reduce: str,

@@ -143,8 +143,8 @@ def _aggr_pyg(reduce: str) -> Callable[[Workload, Impl], Impl]:
 def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Kernel]]:
     """The min / max kernels alone on the cached Graph: the forward without
     and with arg, the backward from one forward's out and arg (and on CUDA
-    the deterministic backward over the CSR^T, and the bucketed one where
-    its kernels take the features: ops.minmax.bucket_kernels_take)."""
+    the deterministic backward over the CSR^T, by position, and the bucketed
+    one where its kernels take the features: ops.minmax.bucket_kernels_take)."""
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph
         from pyg_ioaware.ops.minmax import (DEFAULT_HUB_QUANTILE, _minmax_backward_kernel,
@@ -179,8 +179,9 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
         if work.device.type == "cuda":
             t = graph.transpose
             kernels.append(Kernel(f"{reduce} bwd deterministic (CSR^T)",
-                                  lambda: minmax_backward_trusted(rowptr, col, t.rowptr, t.col,
-                                                                  x, out, arg, g, reduce),
+                                  lambda: _minmax_backward_kernel(rowptr, col, t.rowptr, t.col,
+                                                                  x, out, arg, g, reduce, t.perm,
+                                                                  "deterministic"),
                                   bwd, {"split": split}))
             if bucket_kernels_take(x):
                 kernels.append(Kernel(f"{reduce} bwd buckets (CSR^T)",
