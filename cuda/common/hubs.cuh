@@ -77,4 +77,28 @@ __device__ __forceinline__ int64_t hub_chunk_range(const HubList& list, int64_t 
   return slot;
 }
 
+// Work item `item` of a warp-per-item kernel over the rows of `rowptr`
+// whose long rows go to chunks: kChunks false, the item is a row, and one
+// of more than `chunk_size` entries is registered in `list` (*registered;
+// the list full, the caller does the row itself); kChunks true (launched
+// after), the item is a chunk of a registered row. Returns the row; its
+// entries (the chunk's) in [*begin, *end). Every lane of the warp calls it
+// alike.
+template <bool kChunks, typename index_t>
+__device__ __forceinline__ int64_t row_or_chunk(const HubList& list, int64_t num_hubs,
+                                                const index_t* __restrict__ rowptr,
+                                                int64_t item, int64_t chunk_size, int lane,
+                                                int64_t* begin, int64_t* end,
+                                                bool* registered) {
+  *registered = false;
+  if constexpr (kChunks) {
+    return list.hubs[hub_chunk_range(list, num_hubs, rowptr, item, chunk_size, begin, end)].row;
+  } else {
+    *begin = rowptr[item], *end = rowptr[item + 1];
+    *registered = *end - *begin > chunk_size &&
+                  register_hub(list, item, *end - *begin, chunk_size, lane);
+    return item;
+  }
+}
+
 }  // namespace pygio

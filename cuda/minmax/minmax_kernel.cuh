@@ -924,17 +924,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                       threadIdx.x / kWarpSize;
        item < items; item += warps) {
-    int64_t u = item, begin = 0, end = 0;
-    bool summed = true;
-    if constexpr (kChunks) {
-      const int64_t slot =
-          hub_chunk_range(source_hubs, num_hubs, rowptr_t, item, kChunk, &begin, &end);
-      u = source_hubs.hubs[slot].row;
-    } else {
-      begin = rowptr_t[u], end = rowptr_t[u + 1];
-      summed = !(end - begin > kChunk && register_hub(source_hubs, u, end - begin, kChunk, lane));
-    }
-    if (summed) sum_entry_groups<Traits>(p, buckets, begin, end, sums, lane);
+    int64_t begin = 0, end = 0;
+    bool registered = false;
+    const int64_t u = row_or_chunk<kChunks>(source_hubs, num_hubs, rowptr_t, item, kChunk, lane,
+                                            &begin, &end, &registered);
+    if (!registered) sum_entry_groups<Traits>(p, buckets, begin, end, sums, lane);
     for (int64_t f = lane; f < p.width; f += kWarpSize) {
       if constexpr (kChunks) {
         if (sums[f] != acc_t(0)) atomicAdd(acc + u * acc_stride + f, sums[f]);
@@ -1184,16 +1178,11 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                       threadIdx.x / kWarpSize;
        item < items; item += warps) {
-    int64_t u = item, begin = 0, end = 0;
-    if constexpr (kChunks) {
-      const int64_t slot =
-          hub_chunk_range(source_hubs, num_hubs, rowptr_t, item, kChunk, &begin, &end);
-      u = source_hubs.hubs[slot].row;
-    } else {
-      begin = rowptr_t[u], end = rowptr_t[u + 1];
-      if (end - begin > kChunk && register_hub(source_hubs, u, end - begin, kChunk, lane))
-        continue;
-    }
+    int64_t begin = 0, end = 0;
+    bool registered = false;
+    const int64_t u = row_or_chunk<kChunks>(source_hubs, num_hubs, rowptr_t, item, kChunk, lane,
+                                            &begin, &end, &registered);
+    if (registered) continue;
     for (int64_t base = 0; base < pieces; base += layout.lanes() * P) {
       acc_t sum[P][V] = {};
       acc_t own[P][V];

@@ -949,6 +949,14 @@ def test_cuda_sanitizer_few_walking_elements(reduce, dtype):
 
 
 # ------------------------------------------------------ bucketed backward
+def long_sources_graph(num_src, num_dst, num_edges, dst_hubs, seed, gen):
+    """A random graph with hub destinations ``dst_hubs`` and sources 1-4 of
+    3000, 700, 257 and 256 more entries: the first three above a source
+    chunk (PYGIO_MINMAX_BUCKET_SOURCE_CHUNK, 256), the last exactly at it."""
+    return hubs_graph(num_src, num_dst, num_edges, seed, dst_hubs=dst_hubs,
+                      src_hubs=[(1, 3000), (2, 700), (3, 257), (4, 256)], gen=gen)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("index_width", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
@@ -969,8 +977,7 @@ def test_cuda_sanitizer_bucketed_backward(reduce, dtype, index_width, monkeypatc
     seed = seed_of("minmax-buckets", reduce, dtype, index_width)
     gen = torch.Generator().manual_seed(seed)
     num_src, num_dst = 900, 700
-    edge_index = hubs_graph(num_src, num_dst, 12000, seed, dst_hubs=[(5, 300), (9, 257)],
-                            src_hubs=[(1, 3000), (2, 700), (3, 257), (4, 256)], gen=gen)
+    edge_index = long_sources_graph(num_src, num_dst, 12000, [(5, 300), (9, 257)], seed, gen)
     paths = []
 
     def spy(rowptr, col, transpose, *rest):
@@ -1021,8 +1028,7 @@ def test_cuda_sanitizer_deterministic_long_sources(reduce, dtype, index_width, m
     seed = seed_of("minmax-deterministic-long", reduce, dtype, index_width)
     gen = torch.Generator().manual_seed(seed)
     num_src, num_dst = 900, 700
-    edge_index = hubs_graph(num_src, num_dst, 2000, seed, dst_hubs=[(5, 600), (9, 257)],
-                            src_hubs=[(1, 3000), (2, 700), (3, 257), (4, 256)], gen=gen)
+    edge_index = long_sources_graph(num_src, num_dst, 2000, [(5, 600), (9, 257)], seed, gen)
     paths = []
 
     def spy(*args):
