@@ -244,13 +244,21 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 }
 
 // ------------------------------------------------------------- backward
-// Calls visit(source, share) for every entry of row r that takes a share
-// of gradient g at feature f where arg does not give it to one source: an
-// even share for every entry equal to the result (the zero fill counted
-// once more where the result is 0), or NaN for every entry of a NaN.
-template <typename Traits, typename Visit>
-__device__ __forceinline__ void walk_row(const pygio_minmax_backward_params& p, int64_t r,
-                                         int64_t f, typename Traits::acc_t g, Visit visit) {
+// The gradient each of `matches` entries equal to `result` gets of `grad`:
+// an even share, the zero fill counted once more where the result is 0;
+// NaN to every entry where the result is NaN.
+template <typename acc_t>
+__device__ __forceinline__ acc_t walk_share(acc_t result, acc_t grad, acc_t matches) {
+  if (result != result) return result;
+  return grad / (matches + (result == acc_t(0) ? acc_t(1) : acc_t(0)));
+}
+
+// The share of gradient g that each source taking element (r, f) gets
+// where the element walks: walk_share of the row's entries equal to the
+// result (the row is not walked where the result is NaN).
+template <typename Traits>
+__device__ __forceinline__ typename Traits::acc_t walk_element_share(
+    const pygio_minmax_backward_params& p, int64_t r, int64_t f, typename Traits::acc_t g) {
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
   using acc_t = typename Traits::acc_t;
@@ -260,28 +268,15 @@ __device__ __forceinline__ void walk_row(const pygio_minmax_backward_params& p, 
   const acc_t result = DTypeTraits<scalar_t>::load(
       static_cast<const scalar_t*>(p.out)[r * p.out_row_stride + f]);
   const int64_t begin = rowptr[r], end = rowptr[r + 1];
-  if (result != result) {
-    for (int64_t e = begin; e < end; ++e) visit(static_cast<int64_t>(col[e]), result);
-    return;
+  acc_t matches(0);
+  if (result == result) {
+    for (int64_t e = begin; e < end; ++e)
+      if (same_value(DTypeTraits<scalar_t>::load(
+                         x[static_cast<int64_t>(col[e]) * p.x_row_stride + f]),
+                     result))
+        matches += acc_t(1);
   }
-  auto equal = [&](int64_t e) {
-    return same_value(DTypeTraits<scalar_t>::load(x[static_cast<int64_t>(col[e]) *
-                                                     p.x_row_stride + f]), result);
-  };
-  acc_t count = result == acc_t(0) ? acc_t(1) : acc_t(0);
-  for (int64_t e = begin; e < end; ++e) count += equal(e) ? acc_t(1) : acc_t(0);
-  const acc_t share = g / count;
-  for (int64_t e = begin; e < end; ++e)
-    if (equal(e)) visit(static_cast<int64_t>(col[e]), share);
-}
-
-// The gradient each of `matches` entries equal to `result` gets of `grad`:
-// an even share, the zero fill counted once more where the result is 0;
-// NaN to every entry where the result is NaN.
-template <typename acc_t>
-__device__ __forceinline__ acc_t walk_share(acc_t result, acc_t grad, acc_t matches) {
-  if (result != result) return result;
-  return grad / (matches + (result == acc_t(0) ? acc_t(1) : acc_t(0)));
+  return walk_share(result, g, matches);
 }
 
 // One piece of a row for the backward: per feature the decoded arg code
@@ -1042,19 +1037,6 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   }
 }
 
-// The share of gradient g that each source taking element (r, f) gets
-// where the element walks (walk_row's rule: the same for every taker).
-template <typename Traits>
-__device__ __forceinline__ typename Traits::acc_t walk_element_share(
-    const pygio_minmax_backward_params& p, int64_t r, int64_t f, typename Traits::acc_t g) {
-  typename Traits::acc_t value(0);
-  bool first = true;  // every taking source gets the same share: keep the first
-  walk_row<Traits>(p, r, f, g, [&](int64_t, typename Traits::acc_t s) {
-    if (first) value = s, first = false;
-  });
-  return value;
-}
-
 // share[r * width + f] = walk_element_share of every element (r, f) that
 // walks (arg's kCodeWalk); the other elements of share are not written.
 template <typename Traits>
@@ -1213,7 +1195,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
           if constexpr (kChunks)
             chunk_sums[item * p.width + piece * V + i] = sum[q][i];
           else
-            grad_x[u * p.grad_x_row_stride + piece * V + i] = DTypeTraits<scalar_t>::store(sum[q][i]);
+            grad_x[u * p.grad_x_row_stride + piece * V + i] =
+                DTypeTraits<scalar_t>::store(sum[q][i]);
         }
       }
     }

@@ -900,8 +900,12 @@ def minmax(rowptr: Tensor, col: Tensor, x: Tensor, reduce: str,
 #: (pyg_ioaware.h, pygio_minmax_backward; codes in this order for the host
 #: extension): one atomicAdd a plain winner; the plain winners bucketed,
 #: then gathered per source over the CSR^T; every source's gradient
-#: gathered over the CSR^T in a fixed order, without atomics.
-MINMAX_BACKWARD_PATHS = ("atomics", "buckets", "deterministic")
+#: gathered over the CSR^T in a fixed order, without atomics. Each with
+#: the CSR^T it reads.
+MINMAX_BACKWARD_TRANSPOSES = {"atomics": "no CSR^T",
+                              "buckets": "the CSR^T (rowptr_t, col_t, perm_t)",
+                              "deterministic": "the CSR^T (rowptr_t, col_t[, perm_t])"}
+MINMAX_BACKWARD_PATHS = tuple(MINMAX_BACKWARD_TRANSPOSES)
 
 
 def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: Tensor,
@@ -921,8 +925,7 @@ def minmax_backward(rowptr: Tensor, col: Tensor, transpose: Optional[tuple], x: 
     rowptr_t, col_t, perm_t = (tuple(transpose) + (None,) * 3)[:3] if transpose else (None,) * 3
     if (path != "atomics") != (transpose is not None) or (path == "buckets" and perm_t is None):
         raise ValueError(f"minmax_backward: the {path!r} path takes "
-                         + ("no CSR^T" if path == "atomics" else "the CSR^T (rowptr_t, col_t"
-                            + (", perm_t)" if path == "buckets" else "[, perm_t])")))
+                         f"{MINMAX_BACKWARD_TRANSPOSES[path]}")
     if perm_t is not None and (perm_t.dtype != col_t.dtype or perm_t.numel() != col_t.numel()
                                or not perm_t.is_contiguous()):
         raise ValueError("minmax_backward: perm_t must be a contiguous permutation of the "

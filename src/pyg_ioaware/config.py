@@ -43,9 +43,9 @@
     each source's row once: no scattered read-modify-write an element, for
     a workspace of 6 (float32) or 4 (16-bit) bytes an output element, 4 an
     edge and 8 a node. CUDA float32 / 16-bit features of at most 512 columns;
-    elsewhere (and with torch.use_deterministic_algorithms(True)) the
-    other paths run. Under torch.use_deterministic_algorithms(True) every
-    source's gradient is gathered over the CSR^T in a fixed order instead.
+    elsewhere the other paths run.
+    Under torch.use_deterministic_algorithms(True) every source's gradient
+    is gathered over the CSR^T in a fixed order instead, whatever the mode.
     Set from the environment variable PYG_IOAWARE_MINMAX_BACKWARD too.
 
 ``autotune``: time every supported backend the first time a shape class is
