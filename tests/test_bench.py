@@ -920,6 +920,43 @@ def test_kernel_ms_bars_read_the_kernel_rows():
     assert oom["status"] == "n/a" and oom["detail"].startswith("OOM")
 
 
+def test_geomean_bars_take_every_suite_graph():
+    """A geometric-mean bar decides only over the whole suite: run on part of
+    it, the bar is n/a (its value kept, the graphs left out named); PyG
+    running out of memory on a graph that ran leaves it out of the mean."""
+    case = cases.CASES["gatv2-2x64"]
+
+    def rows(graph, pyg_status="ok"):
+        out = []
+        for precision, ms in (("fp32", 1.0), ("bf16", 0.5)):
+            out.append({"graph": graph, "case": case.name, "precision": precision,
+                        "impl": "ours", "status": "ok", "fwd_ms": ms, "bwd_ms": ms,
+                        "peak_fwd_mb": 1.0, "peak_fwd_bwd_mb": 1.0})
+            ok = pyg_status == "ok"
+            out.append({"graph": graph, "case": case.name, "precision": precision,
+                        "impl": "pyg", "status": pyg_status, "fwd_ms": 30.0 if ok else None,
+                        "bwd_ms": 30.0 if ok else None, "peak_fwd_mb": 40.0 if ok else None,
+                        "peak_fwd_bwd_mb": 40.0 if ok else None})
+        return out
+
+    def bars(run):
+        return {c["check"]: c for c in check_bars(run, [case])}
+
+    names = [f"GATv2Conv (2, 64) fp32 vs pyg: {label}" for label in
+             ("forward speedup", "backward speedup", "memory ratio")]
+    names += [f"GATv2Conv (2, 64) bf16 vs our fp32: {phase} speedup" for phase in ("fwd", "bwd")]
+    part = bars([r for g in ("arxiv-like", "pokec-like", "web-like") for r in rows(g)])
+    for name in names:
+        assert part[name]["status"] == "n/a" and part[name]["value"] > 0
+        assert "not run on roads-like, tolokers-like, products-like" in part[name]["detail"]
+    full = bars([r for g in graphs.SUITE for r in rows(
+        g, "OOM" if g == "products-like" else "ok")])
+    for name in names:
+        assert full[name]["status"] == "met", (name, full[name])
+    speedup = full["GATv2Conv (2, 64) fp32 vs pyg: forward speedup"]
+    assert speedup["value"] == pytest.approx(30.0) and speedup["detail"] == "geomean over 5 graphs"
+
+
 def test_named_graph_bars():
     """Absolute ms bars and kernel share-of-copy bars on named graphs."""
     from pyg_ioaware.bench.report import format_summary
