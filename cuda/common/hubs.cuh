@@ -101,4 +101,16 @@ __device__ __forceinline__ int64_t row_or_chunk(const HubList& list, int64_t num
   }
 }
 
+// How many work items row_or_chunk's kernel walks: the rows (kChunks
+// false), or the chunks of the registered rows (none where none is).
+template <bool kChunks>
+__device__ __forceinline__ int64_t row_or_chunk_items(const HubList& list, int64_t num_hubs,
+                                                      int64_t num_rows) {
+  if constexpr (kChunks) {
+    return num_hubs > 0 ? hub_chunk_count(list) : 0;
+  } else {
+    return num_rows;
+  }
+}
+
 }  // namespace pygio

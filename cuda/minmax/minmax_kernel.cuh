@@ -913,8 +913,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t num_hubs = kChunks ? hub_count(source_hubs) : 0;
-  const int64_t items =
-      kChunks ? (num_hubs > 0 ? hub_chunk_count(source_hubs) : 0) : p.a_t.num_rows;
+  const int64_t items = row_or_chunk_items<kChunks>(source_hubs, num_hubs, p.a_t.num_rows);
   for (int64_t f = lane; f < p.width; f += kWarpSize) sums[f] = 0;
   for (int64_t item = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
                       threadIdx.x / kWarpSize;
@@ -1149,8 +1148,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
   const int64_t pieces = p.width / V;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
   const int64_t num_hubs = kChunks ? hub_count(source_hubs) : 0;
-  const int64_t items =
-      kChunks ? (num_hubs > 0 ? hub_chunk_count(source_hubs) : 0) : p.a_t.num_rows;
+  const int64_t items = row_or_chunk_items<kChunks>(source_hubs, num_hubs, p.a_t.num_rows);
   // The destination of entry e and its position in the destination's row.
   auto entry = [&](int64_t e, int64_t* v, int64_t* position) {
     *v = col_t[e];
