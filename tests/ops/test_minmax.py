@@ -706,7 +706,7 @@ def test_cuda_hubs(reduce, dtype, index_width, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("reduce", REDUCES)
-def test_cuda_full_hub_list(reduce, monkeypatch):
+def test_cuda_one_slot_hub_list(reduce, monkeypatch):
     """A hub list of one slot: the row kernels do the hubs a full list
     refuses themselves, with the bits of a call that splits none; the
     backward's hub walk likewise."""
@@ -957,6 +957,31 @@ def long_sources_graph(num_src, num_dst, num_edges, dst_hubs, seed, gen):
                       src_hubs=[(1, 3000), (2, 700), (3, 257), (4, 256)], gen=gen)
 
 
+LONG_SOURCES_NODES = (900, 700)
+
+
+def long_sources_cases(test, reduce, dtype, index_width, num_edges, dst_hubs, widest,
+                       monkeypatch):
+    """The long-source backward tests' cases on the GPU: their graph
+    (long_sources_graph, LONG_SOURCES_NODES nodes, the index width set),
+    then per feature case (odd widths and ``widest``) the features, output
+    gradient and PyG's float64 reference: (edge_index, x, grad, ref_out,
+    ref_grad, bound)."""
+    check_native("cuda")
+    if index_width == 64:
+        monkeypatch.setattr(config, "force_int64_indices", True)
+    seed = seed_of(test, reduce, dtype, index_width)
+    gen = torch.Generator().manual_seed(seed)
+    num_src, num_dst = LONG_SOURCES_NODES
+    edge_index = long_sources_graph(num_src, num_dst, num_edges, dst_hubs, seed, gen)
+    for width, kind in ((1, "ties"), (17, "special"), (130, "ties"), (64, "distinct"),
+                        (widest, "ties")):
+        x = features(num_src, width, kind, dtype, gen)
+        grad = grad_values(num_dst, width, dtype, gen)
+        yield (edge_index, x, grad, *pyg_reference(edge_index, x.double(), num_dst, reduce,
+                                                   grad.double()))
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("index_width", [32, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
@@ -971,30 +996,20 @@ def test_cuda_sanitizer_bucketed_backward(reduce, dtype, index_width, monkeypatc
     more entries than a bucketed row holds (their winners take atomics),
     ties, special values, degree-0 nodes and duplicate edges; odd widths
     and the widest bucketed width. "atomics" gives the same gradients."""
-    check_native("cuda")
-    if index_width == 64:
-        monkeypatch.setattr(config, "force_int64_indices", True)
-    seed = seed_of("minmax-buckets", reduce, dtype, index_width)
-    gen = torch.Generator().manual_seed(seed)
-    num_src, num_dst = 900, 700
-    edge_index = long_sources_graph(num_src, num_dst, 12000, [(5, 300), (9, 257)], seed, gen)
     paths = []
 
     def spy(rowptr, col, transpose, *rest):
         paths.append(None if transpose is None else len(transpose))
         return NATIVE_MINMAX_BACKWARD(rowptr, col, transpose, *rest)
     monkeypatch.setattr(_native, "minmax_backward", spy)
-    for width, kind in ((1, "ties"), (17, "special"), (130, "ties"), (64, "distinct"),
-                        (mm.BUCKET_MAX_WIDTH, "ties")):
-        x = features(num_src, width, kind, dtype, gen)
-        grad = grad_values(num_dst, width, dtype, gen)
-        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), num_dst, reduce,
-                                                 grad.double())
+    for edge_index, x, grad, ref_out, ref_grad, bound in long_sources_cases(
+            "minmax-buckets", reduce, dtype, index_width, 12000, [(5, 300), (9, 257)],
+            mm.BUCKET_MAX_WIDTH, monkeypatch):
         gradients = {}
         for mode, native_host in (("buckets", True), ("buckets", False), ("atomics", False)):
             monkeypatch.setattr(config, "minmax_backward", mode)
             monkeypatch.setattr(config, "native_host", native_host)
-            graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_dst))
+            graph = Graph.from_edge_index(edge_index.cuda(), LONG_SOURCES_NODES)
             xx = x.cuda().requires_grad_()
             out = graph_minmax(graph, xx, reduce)
             assert_same_values(out, ref_out, dtype)
@@ -1022,28 +1037,18 @@ def test_cuda_sanitizer_deterministic_long_sources(reduce, dtype, index_width, m
     (3000, 700 and 257 entries, summed in chunks, then in chunk order; 256
     is not split), hub destinations, ties, special values, degree-0 nodes
     and duplicate edges; odd widths and a wide one."""
-    check_native("cuda")
-    if index_width == 64:
-        monkeypatch.setattr(config, "force_int64_indices", True)
-    seed = seed_of("minmax-deterministic-long", reduce, dtype, index_width)
-    gen = torch.Generator().manual_seed(seed)
-    num_src, num_dst = 900, 700
-    edge_index = long_sources_graph(num_src, num_dst, 2000, [(5, 600), (9, 257)], seed, gen)
     paths = []
 
     def spy(*args):
         paths.append(args[-1])
         return NATIVE_MINMAX_BACKWARD(*args)
     monkeypatch.setattr(_native, "minmax_backward", spy)
-    for width, kind in ((1, "ties"), (17, "special"), (130, "ties"), (64, "distinct"),
-                        (512, "ties")):
-        x = features(num_src, width, kind, dtype, gen)
-        grad = grad_values(num_dst, width, dtype, gen)
-        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), num_dst, reduce,
-                                                 grad.double())
+    for edge_index, x, grad, ref_out, ref_grad, bound in long_sources_cases(
+            "minmax-deterministic-long", reduce, dtype, index_width, 2000, [(5, 600), (9, 257)],
+            512, monkeypatch):
         for native_host in (True, False):
             monkeypatch.setattr(config, "native_host", native_host)
-            graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_dst))
+            graph = Graph.from_edge_index(edge_index.cuda(), LONG_SOURCES_NODES)
             xx = x.cuda().requires_grad_()
             out = graph_minmax(graph, xx, reduce)
             assert_same_values(out, ref_out, dtype)
