@@ -236,7 +236,9 @@ def _minmax_backward_kernel(rowptr, col, rowptr_t, col_t, x, out, arg, grad_out,
     """The backward's kernels (or the reference off CUDA) by ``path``
     (_native.MINMAX_BACKWARD_PATHS; None: "deterministic" with the CSR^T
     (rowptr_t, col_t), "buckets" with its perm_t too (CSR^T position -> CSR
-    position), else "atomics")."""
+    position), else "atomics": the raw op's rule, for
+    :data:`minmax_backward_trusted`, which calls this eagerly with the op's
+    arguments)."""
     if not native_ready(x.device):
         return minmax_backward_reference(rowptr, col, x, out, arg, grad_out)
     if path is None:
