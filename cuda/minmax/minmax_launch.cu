@@ -57,14 +57,15 @@ int64_t backward_hub_slots(const pygio_minmax_backward_params& p) {
   return slots < p.a.num_rows ? slots : p.a.num_rows;
 }
 
-// Sources of more than the chunk's entries a gather registers: at most
-// nnz / (chunk + 1); their chunks: at most nnz / chunk + one a source.
-int64_t gather_source_slots(const pygio_minmax_backward_params& p) {
+// Sources of more than the chunk's entries, which the bucket sums and the
+// gather register (row_or_chunk): at most nnz / (chunk + 1); their chunks:
+// at most nnz / chunk + one a source.
+int64_t source_hub_slots(const pygio_minmax_backward_params& p) {
   const int64_t bound = p.a.nnz / (PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + 1);
   return bound < p.a.num_cols ? bound : p.a.num_cols;
 }
-int64_t gather_chunk_slots(const pygio_minmax_backward_params& p) {
-  return p.a.nnz / PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + gather_source_slots(p);
+int64_t source_chunk_slots(const pygio_minmax_backward_params& p) {
+  return p.a.nnz / PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + source_hub_slots(p);
 }
 // Layout, gathered: the walking elements' shares (an accumulator an
 // element of out), a counter and the source hub list, the chunks' sums.
@@ -77,12 +78,12 @@ struct GatherLayout {
 };
 GatherLayout gather_layout(const pygio_minmax_backward_params& p) {
   const size_t acc = accumulator_size(p.dtype);
-  const int64_t slots = gather_source_slots(p);
+  const int64_t slots = source_hub_slots(p);
   GatherLayout l{};
   l.counter = round_up(p.a.num_rows * p.width * acc);
   l.source_hubs = l.counter + (slots == 0 ? 0 : kAlign);
   l.chunk_sums = l.source_hubs + round_up(slots * sizeof(HubEntry));
-  l.end = l.chunk_sums + (slots == 0 ? 0 : round_up(gather_chunk_slots(p) * p.width * acc));
+  l.end = l.chunk_sums + (slots == 0 ? 0 : round_up(source_chunk_slots(p) * p.width * acc));
   return l;
 }
 size_t backward_accumulator_bytes(const pygio_minmax_backward_params& p) {
@@ -100,11 +101,6 @@ size_t backward_hubs_bytes(const pygio_minmax_backward_params& p) {
 bool buckets(const pygio_minmax_backward_params& p) {
   return !gathered(p) && p.perm_t != nullptr;
 }
-// Sources of more than the chunk's entries: at most nnz / (chunk + 1).
-int64_t bucket_source_slots(const pygio_minmax_backward_params& p) {
-  const int64_t bound = p.a.nnz / (PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + 1);
-  return bound < p.a.num_cols ? bound : p.a.num_cols;
-}
 struct BucketLayout {
   // offsets: groups, features, gradients, the two counters (source hubs,
   // deferred rows), the source hub list, the deferred rows, the end
@@ -117,7 +113,7 @@ BucketLayout bucket_layout(const pygio_minmax_backward_params& p) {
   l.grads = l.features + round_up(p.a.num_rows * p.width * sizeof(uint16_t));
   l.counters = l.grads + round_up(p.a.num_rows * p.width * element_size(p.dtype));
   l.source_hubs = l.counters + kAlign;
-  l.deferred_rows = l.source_hubs + round_up(bucket_source_slots(p) * sizeof(HubEntry));
+  l.deferred_rows = l.source_hubs + round_up(source_hub_slots(p) * sizeof(HubEntry));
   l.end = l.deferred_rows + round_up(p.a.num_rows * sizeof(int64_t));
   return l;
 }
@@ -215,7 +211,7 @@ int launch_bucket_sums(const pygio_minmax_backward_params& p, WarpLayout layout,
                                     reinterpret_cast<scalar_t*>(base + l.grads)};
   auto* counters = reinterpret_cast<unsigned long long*>(base + l.counters);
   const HubList source_hubs{counters, reinterpret_cast<HubEntry*>(base + l.source_hubs),
-                            bucket_source_slots(p)};
+                            source_hub_slots(p)};
   *deferred = DeferredRows{counters + 1, reinterpret_cast<int64_t*>(base + l.deferred_rows)};
   PYGIO_CHECK_CUDA(cudaMemsetAsync(base + l.groups, 0, l.features - l.groups, stream));
   PYGIO_CHECK_CUDA(cudaMemsetAsync(counters, 0, kAlign, stream));
@@ -234,8 +230,8 @@ int launch_bucket_sums(const pygio_minmax_backward_params& p, WarpLayout layout,
       p, state, source_hubs, acc, acc_stride);
   PYGIO_CHECK_CUDA(cudaGetLastError());
   if (source_hubs.capacity == 0) return PYGIO_OK;
-  PYGIO_TRY(resident_grid(p.a.nnz / PYGIO_MINMAX_BUCKET_SOURCE_CHUNK + source_hubs.capacity,
-                          Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
+  PYGIO_TRY(resident_grid(source_chunk_slots(p), Traits::kWarpsPerBlock,
+                          Traits::kThreadsPerBlock, p.device, &grid));
   minmax_grad_bucket_sums_kernel<Traits, true><<<grid, Traits::kThreadsPerBlock, sums, stream>>>(
       p, state, source_hubs, acc, acc_stride);
   PYGIO_CHECK_CUDA(cudaGetLastError());
@@ -256,7 +252,7 @@ int launch_gather(const pygio_minmax_backward_params& p, cudaStream_t stream) {
   auto* chunk_sums = reinterpret_cast<acc_t*>(base + l.chunk_sums);
   const HubList source_hubs{reinterpret_cast<unsigned long long*>(base + l.counter),
                             reinterpret_cast<HubEntry*>(base + l.source_hubs),
-                            gather_source_slots(p)};
+                            source_hub_slots(p)};
   unsigned grid = 0;
   if (p.a.num_rows * p.width > 0) {
     PYGIO_TRY(resident_grid(p.a.num_rows * p.width, Traits::kThreadsPerBlock,
@@ -277,7 +273,7 @@ int launch_gather(const pygio_minmax_backward_params& p, cudaStream_t stream) {
                                                         chunk_sums);
     PYGIO_CHECK_CUDA(cudaGetLastError());
     if (source_hubs.capacity == 0) return PYGIO_OK;
-    PYGIO_TRY(resident_grid(gather_chunk_slots(p), Traits::kWarpsPerBlock,
+    PYGIO_TRY(resident_grid(source_chunk_slots(p), Traits::kWarpsPerBlock,
                             Traits::kThreadsPerBlock, p.device, &grid));
     minmax_gather_grad_kernel<Traits, kByPosition, true>
         <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, share, source_hubs,
