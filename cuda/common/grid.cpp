@@ -88,4 +88,11 @@ int resident_grid(const void* kernel, int64_t work, int64_t items_per_block,
   return PYGIO_OK;
 }
 
+int l2_cache_bytes(int device, int64_t* bytes) {
+  int value = 0;
+  PYGIO_CHECK_CUDA(cudaDeviceGetAttribute(&value, cudaDevAttrL2CacheSize, device));
+  *bytes = value;
+  return PYGIO_OK;
+}
+
 }  // namespace pygio

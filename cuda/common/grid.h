@@ -33,4 +33,7 @@ int resident_grid(void (*kernel)(Args...), int64_t work, int64_t items_per_block
                        threads_per_block, device, grid, shared_bytes);
 }
 
+// *bytes = the L2 cache size of `device`.
+int l2_cache_bytes(int device, int64_t* bytes);
+
 }  // namespace pygio

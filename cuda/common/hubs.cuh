@@ -56,6 +56,11 @@ __device__ __forceinline__ int64_t hub_count(const HubList& list) {
   const int64_t hubs = static_cast<int64_t>(*list.counter >> kHubCountShift);
   return hubs < list.capacity ? hubs : list.capacity;
 }
+// Whether every row that asked was registered (the list never filled up),
+// read after the registering kernel has finished.
+__device__ __forceinline__ bool every_hub_registered(const HubList& list) {
+  return static_cast<int64_t>(*list.counter >> kHubCountShift) <= list.capacity;
+}
 __device__ __forceinline__ int64_t hub_chunk_count(const HubList& list) {
   return static_cast<int64_t>(*list.counter & ((1ull << kHubCountShift) - 1));
 }

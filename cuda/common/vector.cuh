@@ -51,10 +51,20 @@ __device__ __forceinline__ void widen_pack(const Pack<T, N>& pack, acc_t (&out)[
   }
 }
 
+// One store of `raw` at p; kStreaming marks it evict-first (st.global.cs):
+// a result nobody reads soon then does not push reused input lines out of
+// L2.
+template <bool kStreaming, typename raw_t>
+__device__ __forceinline__ void store_raw(raw_t* p, raw_t raw) {
+  if constexpr (kStreaming) __stcs(p, raw);
+  else *p = raw;
+}
+
 // p[i] = acc[i] (converted to T) for i < N: one vector store, or 16-byte
 // stores where N elements of T are wider (8 float32 results of a 16-bit
 // row's 16-byte loads), so p needs alignment to min(16, N * sizeof(T)).
-template <int N, typename T, typename acc_t>
+// kStreaming: evict-first stores (store_raw).
+template <int N, bool kStreaming = false, typename T, typename acc_t>
 __device__ __forceinline__ void store_pack(T* __restrict__ p, const acc_t (&acc)[N]) {
   constexpr int kChunk = sizeof(T) * N > 16 ? static_cast<int>(16 / sizeof(T)) : N;
 #pragma unroll
@@ -64,7 +74,7 @@ __device__ __forceinline__ void store_pack(T* __restrict__ p, const acc_t (&acc)
     for (int i = 0; i < kChunk; ++i) pack.v[i] = DTypeTraits<T>::store(acc[c + i]);
     typename RawBits<sizeof(T) * kChunk>::type raw;
     memcpy(&raw, &pack, sizeof(raw));
-    *reinterpret_cast<decltype(raw)*>(p + c) = raw;
+    store_raw<kStreaming>(reinterpret_cast<decltype(raw)*>(p + c), raw);
   }
 }
 

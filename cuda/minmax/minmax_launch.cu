@@ -160,8 +160,40 @@ int hub_chunk(int64_t nnz, int threads_per_block, int device, int64_t* chunk) {
   return PYGIO_OK;
 }
 
+// Column slabs of the forward. Where x is many times larger than L2 and
+// rows are long, a source row is gathered by many rows far apart in the
+// launch and leaves L2 between them. The rows kernel and the hub chunks
+// then run a slab of kSlabBytes a row at a time: a slab's gathered rows
+// take a fraction of the bytes, and more of them hit. H200, min D=512
+// forward with arg (scripts/kernel_bandwidth.py, ms, one launch / slabs,
+// the same call): pokec-like fp32 16.50 / 15.80-15.90 (128 columns), bf16
+// 10.37 / 10.35 (256); products-like fp32 33.39 / 31.81-31.84, bf16 20.53
+// / 20.27-20.29. Slabs of 256 fp32 columns gave pokec-like 16.05, of 128
+// bf16 columns 12.4; 128 fp32 columns lost on web-like (4.5 entries a row:
+// 7.9 -> 8.9) and gave nothing on arxiv-like (x 7 times L2); two pieces a
+// lane on 16 lanes, two rows' entries at a time, lost (pokec-like 17.4).
+constexpr int64_t kSlabBytes = 512;
+constexpr int64_t kSlabMinL2Multiple = 32;  // x bytes over L2 bytes
+constexpr int64_t kSlabMinDegree = 8;       // average entries a row
+
+// The pieces (of `vec` elements) of a row that one launch of the rows
+// kernel takes: a slab of kSlabBytes where the rule above applies, else
+// the whole row.
+int slab_pieces(const pygio_minmax_params& p, size_t element_size, int vec, int64_t* pieces) {
+  const int64_t row_pieces = p.width / vec;
+  *pieces = row_pieces;
+  const int64_t slab = kSlabBytes / (vec * static_cast<int64_t>(element_size));
+  if (element_size > 4 || slab >= row_pieces || p.a.nnz < kSlabMinDegree * p.a.num_rows)
+    return PYGIO_OK;
+  int64_t l2 = 0;
+  PYGIO_TRY(l2_cache_bytes(p.device, &l2));
+  const int64_t x_bytes = p.a.num_cols * p.width * static_cast<int64_t>(element_size);
+  if (x_bytes >= kSlabMinL2Multiple * l2) *pieces = slab;
+  return PYGIO_OK;
+}
+
 template <typename Traits>
-int launch_forward(const pygio_minmax_params& p, cudaStream_t stream) {
+int launch_forward(const pygio_minmax_params& p, int64_t slab, cudaStream_t stream) {
   MinMaxHubs hubs{HubList{nullptr, nullptr, 0}, nullptr, nullptr, p.hub_degree,
                   kMinMaxHubChunk};
   const int64_t slots = hub_slots(p);
@@ -174,19 +206,32 @@ int launch_forward(const pygio_minmax_params& p, cudaStream_t stream) {
     PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, forward_zeroed_bytes(p), stream));
     PYGIO_TRY(hub_chunk(p.a.nnz, Traits::kThreadsPerBlock, p.device, &hubs.chunk));
   }
-  const WarpLayout layout = warp_layout(p.width / Traits::kVec);
-  unsigned grid = 0;
+  const int64_t pieces = p.width / Traits::kVec;
+  const WarpLayout layout = warp_layout(slab);
+  unsigned rows_grid = 0, chunks_grid = 0;
   PYGIO_TRY(resident_grid(p.a.num_rows, Traits::kWarpsPerBlock, Traits::kThreadsPerBlock,
-                          p.device, &grid));
-  minmax_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout, hubs);
-  PYGIO_CHECK_CUDA(cudaGetLastError());
-  if (slots == 0) return PYGIO_OK;
-  if constexpr (sizeof(typename Traits::acc_t) == 4) {
+                          p.device, &rows_grid));
+  constexpr bool kHubs = sizeof(typename Traits::acc_t) == 4;  // words of 32-bit values
+  if (slots > 0)
     PYGIO_TRY(resident_grid(p.a.nnz / hubs.chunk + slots, Traits::kWarpsPerBlock,
-                            Traits::kThreadsPerBlock, p.device, &grid));
-    minmax_hub_chunks_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, layout,
-                                                                                   hubs);
+                            Traits::kThreadsPerBlock, p.device, &chunks_grid));
+  // A slab's rows, then its hubs' chunks, while the slab's source rows are in L2.
+  for (int64_t first = 0; first < pieces; first += slab) {
+    const PieceRange range{first, std::min(first + slab, pieces)};
+    minmax_rows_kernel<Traits><<<rows_grid, Traits::kThreadsPerBlock, 0, stream>>>(
+        p, layout, hubs, range);
     PYGIO_CHECK_CUDA(cudaGetLastError());
+    if constexpr (kHubs) {
+      if (slots > 0) {
+        minmax_hub_chunks_kernel<Traits><<<chunks_grid, Traits::kThreadsPerBlock, 0, stream>>>(
+            p, layout, hubs, range);
+        PYGIO_CHECK_CUDA(cudaGetLastError());
+      }
+    }
+  }
+  if (slots == 0) return PYGIO_OK;
+  if constexpr (kHubs) {
+    unsigned grid = 0;
     PYGIO_TRY(resident_grid(slots * p.width, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
                             p.device, &grid));
     minmax_hub_finish_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p, hubs);
@@ -491,16 +536,18 @@ extern "C" int pygio_minmax(const pygio_minmax_params* params) {
   PYGIO_TRY(PYGIO_DISPATCH_DTYPE(p.dtype, [&] {
     const int vec = widest_vector(sizeof(scalar_t), p.width, {p.x_row_stride, p.out_row_stride},
                                   {p.x, p.out});
-    // fp32 rows of more than one pass of a warp take two pieces a lane
-    // (H200, min D=512 forward with arg: roads-like 0.32 -> 0.28 ms,
+    int64_t slab = 0;
+    PYGIO_TRY(slab_pieces(p, sizeof(scalar_t), vec, &slab));
+    // fp32 slabs (rows) of more than one pass of a warp take two pieces a
+    // lane (H200, min D=512 forward with arg: roads-like 0.32 -> 0.28 ms,
     // arxiv-like 0.84 -> 0.80, tolokers-like 0.367 -> 0.352, pokec-like
     // 16.9 -> 16.6); 16-bit rows spilled with two and lost 0-6%.
     return dispatch<scalar_t>(p, vec, [&](auto traits) {
       using Traits = decltype(traits);
       if constexpr (sizeof(scalar_t) == 4) {
-        if (p.width / vec > kWarpSize) return launch_forward<typename Traits::TwoPieces>(p, stream);
+        if (slab > kWarpSize) return launch_forward<typename Traits::TwoPieces>(p, slab, stream);
       }
-      return launch_forward<Traits>(p, stream);
+      return launch_forward<Traits>(p, slab, stream);
     });
   }));
   return ok();

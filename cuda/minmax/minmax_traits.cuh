@@ -365,20 +365,24 @@ __device__ __forceinline__ int32_t decode_code(uint32_t stored, uint32_t walk) {
 // codes[0, V) <-> the V stored codes of arg (`bytes` bytes each) from
 // element `index` on, in one load / store (index a multiple of V, arg
 // 16-byte aligned).
-template <typename code_t, int V>
+template <typename code_t, int V, bool kStreaming>
 __device__ __forceinline__ void store_codes_as(void* arg, int64_t index,
                                                const int32_t (&codes)[V]) {
+  using raw_t = typename RawBits<sizeof(code_t) * V>::type;
   const uint32_t walk = walk_code(sizeof(code_t));
   Pack<code_t, V> pack;
 #pragma unroll
   for (int i = 0; i < V; ++i) pack.v[i] = static_cast<code_t>(encode_code(codes[i], walk));
-  *reinterpret_cast<Pack<code_t, V>*>(static_cast<code_t*>(arg) + index) = pack;
+  raw_t raw;
+  memcpy(&raw, &pack, sizeof(raw));
+  store_raw<kStreaming>(reinterpret_cast<raw_t*>(static_cast<code_t*>(arg) + index), raw);
 }
-template <int V>
+// kStreaming: evict-first stores (store_raw), for the forward's codes.
+template <int V, bool kStreaming = false>
 __device__ __forceinline__ void store_codes(void* arg, int bytes, int64_t index,
                                             const int32_t (&codes)[V]) {
-  if (bytes == 1) store_codes_as<uint8_t, V>(arg, index, codes);
-  else store_codes_as<uint16_t, V>(arg, index, codes);
+  if (bytes == 1) store_codes_as<uint8_t, V, kStreaming>(arg, index, codes);
+  else store_codes_as<uint16_t, V, kStreaming>(arg, index, codes);
 }
 template <typename code_t, int V>
 __device__ __forceinline__ void load_codes_as(const void* arg, int64_t index,
@@ -403,6 +407,12 @@ __device__ __forceinline__ void store_code(void* arg, int bytes, int64_t index, 
   const int32_t codes[1] = {code};
   store_codes<1>(arg, bytes, index, codes);
 }
+
+// Pieces [first, last) of a row: the column slab one launch of the
+// forward's rows kernel or hub chunks kernel takes.
+struct PieceRange {
+  int64_t first, last;
+};
 
 // The forward's hub workspace: the hub list and two merge words per hub
 // element, both taken with atomicMax by every chunk: `words` orders like

@@ -803,6 +803,99 @@ def test_cuda_full_hub_list(dtype):
             assert_grad_close(grad_x, ref_grad, bound, dtype)
 
 
+# Column slabs of the forward (cuda/minmax/minmax_launch.cu): x at least
+# this many times the L2 cache, rows of at least this many entries on
+# average, slabs of this many bytes a row.
+SLAB_MIN_L2_MULTIPLE, SLAB_MIN_DEGREE, SLAB_BYTES = 32, 8, 512
+# (dtype, width): slabs of 64 two-element pieces (fp32, 130 columns: the
+# second slab holds one piece), 32 four-element pieces (fp32, 200: 32 and
+# 18), 64 four-element pieces (16-bit, 300: 64 and 11).
+SLAB_CASES = [(torch.float32, 130), (torch.float32, 200), (torch.bfloat16, 300),
+              (torch.float16, 300)]
+
+
+@functools.lru_cache(maxsize=None)
+def slab_case(reduce, dtype, width):
+    """A graph whose forward runs in column slabs, and its float64 PyG
+    results: hub_case("cpu")'s rows (every hub pattern, light rows, empty
+    rows) and 200 rows of 20 tied entries (on average past SLAB_MIN_DEGREE
+    entries a row), whose sources are spread over an x of at least
+    SLAB_MIN_L2_MULTIPLE L2 caches (zeros elsewhere). Returns (graph on
+    CUDA, x [num_big, width] on CUDA, the big rows holding the sources,
+    grad [rows, width] on CUDA, out, grad_x of the sources, bound, arg codes
+    per width)."""
+    edge_index, num_src, num_rows, base, _, _ = hub_case("cpu")
+    gen = torch.Generator().manual_seed(seed_of("minmax-slabs", reduce, dtype, width))
+    extra_rows, extra_degree = 200, 20
+    extra = torch.stack([torch.randint(num_src, (extra_rows * extra_degree,), generator=gen),
+                         torch.arange(num_rows, num_rows + extra_rows).repeat_interleave(
+                             extra_degree)])
+    edge_index, num_rows = torch.cat([edge_index, extra], 1), num_rows + extra_rows
+    assert edge_index.size(1) >= SLAB_MIN_DEGREE * num_rows
+    x64 = (base if reduce == "max" else -base).repeat(1, 3)[:, :width].contiguous()
+    x64 = x64.to(dtype).double()  # the values the kernels see
+    grad64 = torch.randint(-8, 9, (num_rows, width), generator=gen).double() / 4
+    out, ref_grad, bound = pyg_reference(edge_index, x64, num_rows, reduce, grad64)
+    rowptr = torch.cat([torch.zeros(1, dtype=torch.long),
+                        torch.bincount(edge_index[1], minlength=num_rows).cumsum(0)])
+    args = {b: expected_arg(rowptr, edge_index[0], x64, out, reduce, b) for b in ARG_BYTES}
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    element = torch.finfo(dtype).bits // 8
+    num_big = -(-SLAB_MIN_L2_MULTIPLE * l2 // (width * element)) + num_src
+    big_rows = torch.arange(num_src) * (num_big // num_src)
+    x = torch.zeros(num_big, width, dtype=dtype, device="cuda")
+    x[big_rows.cuda()] = x64.to("cuda", dtype)
+    graph = Graph.from_edge_index(torch.stack([big_rows[edge_index[0]], edge_index[1]]).cuda(),
+                                  (num_big, num_rows))
+    return (graph, x, big_rows.cuda(), grad64.to("cuda", dtype), out, ref_grad, bound, args)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype, width", SLAB_CASES, ids=["fp32-130", "fp32-200", "bf16-300",
+                                                          "fp16-300"])
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_column_slabs(reduce, dtype, width):
+    """The forward in column slabs (x past SLAB_MIN_L2_MULTIPLE L2 caches,
+    rows past SLAB_MIN_DEGREE entries on average): out and both arg widths
+    against PyG's float64 result, with the hubs split (the first slab
+    registers them, the others leave them to the hub kernels) and with a
+    hub list of one slot (the others then do every hub themselves, the
+    native wrapper called with max_hubs = 1 and a threshold of 0); the
+    backward from those codes."""
+    check_native("cuda")
+    graph, x, big_rows, grad, ref_out, ref_grad, bound, ref_args = slab_case(reduce, dtype,
+                                                                              width)
+    for arg_bytes in ARG_BYTES:
+        out, arg = forward_op(graph.rowptr, graph.col, x, reduce, arg_bytes=arg_bytes)
+        assert_same_values(out, ref_out, dtype)
+        assert_arg(arg, ref_args[arg_bytes], arg_bytes)
+    threshold = torch.zeros((), dtype=torch.int64, device="cuda")
+    out = torch.full_like(out, math.nan)
+    arg = torch.full(out.shape, 12345, dtype=torch.int16, device="cuda")
+    _native.minmax(graph.rowptr, graph.col, x, reduce, threshold, 1, out, arg)
+    assert_same_values(out, ref_out, dtype)
+    assert_arg(arg, ref_args[2], 2)
+    grad_x = backward_op(graph.rowptr, graph.col, None, None, x, out, arg, grad, reduce)
+    assert_grad_close(grad_x[big_rows], ref_grad, bound, dtype)
+    assert grad_x.count_nonzero() == grad_x[big_rows].count_nonzero()
+
+
+@pytest.mark.cuda
+def test_cuda_column_slabs_are_launched_one_after_another():
+    """Where the slab rule applies, the rows kernel runs once a slab (two
+    for 200 fp32 columns); the same rows over an x of the sources alone
+    (below the rule's size) run it once."""
+    check_native("cuda")
+    graph, x, big_rows, *_ = slab_case("max", torch.float32, 200)
+    small = Graph.from_edge_index(
+        torch.stack([torch.searchsorted(big_rows, graph.col.long()), graph.row]),
+        (big_rows.numel(), graph.num_dst))
+    for rowptr, col, features, launches in ((graph.rowptr, graph.col, x, 2),
+                                            (small.rowptr, small.col, x[big_rows], 1)):
+        names, _ = cuda_kernel_names(lambda: forward_op(rowptr, col, features, "max"))
+        assert sum("minmax_rows_kernel" in name for name in names) == launches
+
+
 def test_hub_degree(monkeypatch):
     monkeypatch.setattr(hubs, "SMALL_STRUCTURE_ENTRIES", 0)  # the quantile at every size
     rowptr = torch.tensor([0, 1, 1, 3, 303, 306, 1306])  # degrees 1 0 2 300 3 1000

@@ -39,7 +39,10 @@ its position in its row (the CSR^T's permutation), in a fixed order.
 On CUDA the kernels of cuda/minmax run: light rows a warp each with 16-byte
 loads, rows above the ``hub_quantile`` degree quantile (0.99 by default,
 cached beside the structure) split into 256-entry chunks over all SMs and
-merged with 64-bit atomicMax. fp64 rows are never split. Elsewhere the
+merged with 64-bit atomicMax; where x is at least 32 L2 caches and rows
+average 8 entries or more, the forward runs in column slabs of 512 bytes a
+row, one launch each, so that gathered source rows stay in L2. fp64 rows
+are never split. Elsewhere the
 plain-torch reference runs, which gives the same numbers (it materializes
 the [E, C] messages, as PyG does); there the differentiable form
 (:func:`graph_minmax`) is PyG's own computation under torch's autograd,
