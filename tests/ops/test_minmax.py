@@ -805,25 +805,23 @@ def test_cuda_full_hub_list(dtype):
 
 # Column slabs of the forward (cuda/minmax/minmax_launch.cu): x at least
 # this many times the L2 cache, rows of at least this many entries on
-# average, slabs of this many bytes a row.
-SLAB_MIN_L2_MULTIPLE, SLAB_MIN_DEGREE, SLAB_BYTES = 32, 8, 512
-# (dtype, width): slabs of 64 two-element pieces (fp32, 130 columns: the
-# second slab holds one piece), 32 four-element pieces (fp32, 200: 32 and
-# 18), 64 four-element pieces (16-bit, 300: 64 and 11).
+# average.
+SLAB_MIN_L2_MULTIPLE, SLAB_MIN_DEGREE = 32, 8
+# (dtype, width), slabs of 512 bytes a row: 64 two-element pieces (fp32,
+# 130 columns: the second slab holds one piece), 32 four-element pieces
+# (fp32, 200: 32 and 18), 64 four-element pieces (16-bit, 300: 64 and 11).
 SLAB_CASES = [(torch.float32, 130), (torch.float32, 200), (torch.bfloat16, 300),
               (torch.float16, 300)]
 
 
 @functools.lru_cache(maxsize=None)
-def slab_case(reduce, dtype, width):
-    """A graph whose forward runs in column slabs, and its float64 PyG
-    results: hub_case("cpu")'s rows (every hub pattern, light rows, empty
-    rows) and 200 rows of 20 tied entries (on average past SLAB_MIN_DEGREE
-    entries a row), whose sources are spread over an x of at least
-    SLAB_MIN_L2_MULTIPLE L2 caches (zeros elsewhere). Returns (graph on
-    CUDA, x [num_big, width] on CUDA, the big rows holding the sources,
-    grad [rows, width] on CUDA, out, grad_x of the sources, bound, arg codes
-    per width)."""
+def slab_reference(reduce, dtype, width):
+    """The rows of a graph whose forward runs in column slabs, on the CPU,
+    and their float64 PyG results: hub_case("cpu")'s rows (every hub
+    pattern, light rows, empty rows) and 200 rows of 20 tied entries (on
+    average past SLAB_MIN_DEGREE entries a row). Returns (edge_index,
+    num_src, num_rows, x64, grad64, out, grad_x, bound, arg codes per
+    width)."""
     edge_index, num_src, num_rows, base, _, _ = hub_case("cpu")
     gen = torch.Generator().manual_seed(seed_of("minmax-slabs", reduce, dtype, width))
     extra_rows, extra_degree = 200, 20
@@ -839,6 +837,16 @@ def slab_case(reduce, dtype, width):
     rowptr = torch.cat([torch.zeros(1, dtype=torch.long),
                         torch.bincount(edge_index[1], minlength=num_rows).cumsum(0)])
     args = {b: expected_arg(rowptr, edge_index[0], x64, out, reduce, b) for b in ARG_BYTES}
+    return edge_index, num_src, num_rows, x64, grad64, out, ref_grad, bound, args
+
+
+def slab_case(reduce, dtype, width):
+    """slab_reference's graph on CUDA with its sources spread over an x of
+    at least SLAB_MIN_L2_MULTIPLE L2 caches (zeros elsewhere; built per
+    test, not kept): (graph, x, the rows of x holding the sources, grad,
+    out, grad_x of the sources, bound, arg codes per width)."""
+    edge_index, num_src, num_rows, x64, grad64, *reference = slab_reference(reduce, dtype,
+                                                                             width)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     element = torch.finfo(dtype).bits // 8
     num_big = -(-SLAB_MIN_L2_MULTIPLE * l2 // (width * element)) + num_src
@@ -847,7 +855,7 @@ def slab_case(reduce, dtype, width):
     x[big_rows.cuda()] = x64.to("cuda", dtype)
     graph = Graph.from_edge_index(torch.stack([big_rows[edge_index[0]], edge_index[1]]).cuda(),
                                   (num_big, num_rows))
-    return (graph, x, big_rows.cuda(), grad64.to("cuda", dtype), out, ref_grad, bound, args)
+    return (graph, x, big_rows.cuda(), grad64.to("cuda", dtype), *reference)
 
 
 @pytest.mark.cuda
