@@ -596,11 +596,15 @@ def hub_reference(scale, reduce, width):
     grad = (torch.randint(1, 9, (num_rows, width), generator=gen).double() / 4
             * (torch.randint(0, 2, (num_rows, width), generator=gen) * 2 - 1))
     out, ref_grad, bound = pyg_reference(edge_index, x, num_rows, reduce, grad)
-    # edge_index is in CSR order
+    return x, grad, out, ref_grad, bound, expected_args(edge_index, num_rows, x, out, reduce)
+
+
+def expected_args(edge_index, num_rows, x64, out64, reduce):
+    """expected_arg for every code width (ARG_BYTES), for an edge_index in
+    CSR order (grouped by destination) of num_rows rows."""
     rowptr = torch.cat([torch.zeros(1, dtype=torch.long),
                         torch.bincount(edge_index[1], minlength=num_rows).cumsum(0)])
-    args = {b: expected_arg(rowptr, edge_index[0], x, out, reduce, b) for b in ARG_BYTES}
-    return x, grad, out, ref_grad, bound, args
+    return {b: expected_arg(rowptr, edge_index[0], x64, out64, reduce, b) for b in ARG_BYTES}
 
 
 def check_hub_structure(rowptr, nnz, rows_of, quantile):
@@ -834,9 +838,7 @@ def slab_reference(reduce, dtype, width):
     x64 = x64.to(dtype).double()  # the values the kernels see
     grad64 = torch.randint(-8, 9, (num_rows, width), generator=gen).double() / 4
     out, ref_grad, bound = pyg_reference(edge_index, x64, num_rows, reduce, grad64)
-    rowptr = torch.cat([torch.zeros(1, dtype=torch.long),
-                        torch.bincount(edge_index[1], minlength=num_rows).cumsum(0)])
-    args = {b: expected_arg(rowptr, edge_index[0], x64, out, reduce, b) for b in ARG_BYTES}
+    args = expected_args(edge_index, num_rows, x64, out, reduce)
     return edge_index, num_src, num_rows, x64, grad64, out, ref_grad, bound, args
 
 
