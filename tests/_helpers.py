@@ -149,9 +149,12 @@ def seed_of(*parts) -> int:
 
 def spy_on_paths(monkeypatch, layer_class) -> list:
     """The path each call of ``layer_class`` takes from now on, in order:
-    'fused' or 'pyg' (its fused_forward and pyg_forward wrapped)."""
+    'fused' or 'pyg' (its fused_forward and pyg_forward wrapped, and a
+    layer's ``_plain_cuda_forward``, the fused path's entry for its most
+    common call, where it took the call)."""
     taken = []
     fused, pyg = layer_class.fused_forward, layer_class.pyg_forward
+    plain = getattr(layer_class, "_plain_cuda_forward", None)
 
     def spy_fused(self, *args, **kwargs):
         taken.append("fused")
@@ -161,8 +164,16 @@ def spy_on_paths(monkeypatch, layer_class) -> list:
         taken.append("pyg")
         return pyg(self, *args, **kwargs)
 
+    def spy_plain(self, *args, **kwargs):
+        out = plain(self, *args, **kwargs)
+        if out is not None:
+            taken.append("fused")
+        return out
+
     monkeypatch.setattr(layer_class, "fused_forward", spy_fused)
     monkeypatch.setattr(layer_class, "pyg_forward", spy_pyg)
+    if plain is not None:
+        monkeypatch.setattr(layer_class, "_plain_cuda_forward", spy_plain)
     return taken
 
 

@@ -611,6 +611,68 @@ def test_cuda_matches_pyg(aggr, options, paths):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("aggr", ["mean", "max"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_cuda_plain_call_matches_the_general_checks(aggr, normalize, monkeypatch):
+    """The common call (one 2-D CUDA feature tensor, a plain edge_index, no
+    ``size``) enters the fused path through ``_plain_cuda_forward``, not
+    ``fused_forward``'s general checks, and gives what those give for the
+    same call with ``size`` spelled out: the forward bitwise (no hub, and the
+    graph's degree bound known to both: the same kernels, no atomics), the
+    gradients within rounding (the backward scatters)."""
+    edge_index = random_graph(600, 600, 6000, seed=66).cuda()
+    x = torch.randn(600, 33, device="cuda")
+    conv = SAGEConv(33, 17, aggr=aggr, normalize=normalize).cuda()
+    torch.nn.init.uniform_(conv.lin_l.bias)
+    conv(x, edge_index)  # the first SpMM over the graph reads its degree bound
+    torch.cuda.synchronize()
+    general = []
+    fused_forward = SAGEConv.fused_forward
+    monkeypatch.setattr(SAGEConv, "fused_forward",
+                        lambda self, *args: general.append(args) or fused_forward(self, *args))
+    plain = run(conv, x, edge_index)
+    assert not general
+    conv.zero_grad()
+    checked = run(conv, x, edge_index, (600, 600))
+    assert len(general) == 1
+    assert torch.equal(plain[0], checked[0])
+    assert_runs_match(plain, checked, tol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_other_calls_take_the_general_checks(monkeypatch):
+    """Every call but the common one goes through ``fused_forward`` (or PyG's
+    path), with PyG's result: a pair of features, a Graph, ``size``, the
+    reversed flow, a projection, a hook on a linear map."""
+    edge_index = random_graph(300, 300, 2000, seed=67).cuda()
+    x = torch.randn(300, 12, device="cuda")
+    general = []
+    fused_forward = SAGEConv.fused_forward
+    monkeypatch.setattr(SAGEConv, "fused_forward",
+                        lambda self, *args: general.append(args) or fused_forward(self, *args))
+    calls = {
+        "pair": ({}, lambda conv: conv((x, x), edge_index)),
+        "graph": ({}, lambda conv: conv(x, Graph.from_input(edge_index, 300))),
+        "size": ({}, lambda conv: conv(x, edge_index, (300, 300))),
+        "flow": ({"flow": "target_to_source"}, lambda conv: conv(x, edge_index)),
+        "project": ({"project": True}, lambda conv: conv(x, edge_index)),
+    }
+    for name, (options, call) in calls.items():
+        ours, ref = pair(12, 5, dtype=torch.float32, **options)
+        ours, ref = ours.cuda(), ref.cuda()
+        before = len(general)
+        expected = ref(x, edge_index, **({"size": (300, 300)} if name == "size" else {}))
+        assert relative_error(call(ours), expected) < 1e-5, name
+        assert len(general) == before + 1, name
+    ours, ref = pair(12, 5, dtype=torch.float32)
+    ours, ref = ours.cuda(), ref.cuda()
+    seen = []
+    ours.lin_l.register_forward_hook(lambda module, inputs, out: seen.append(out))
+    assert relative_error(ours(x, edge_index), ref(x, edge_index)) < 1e-5
+    assert len(seen) == 1 and len(general) == len(calls) + 1
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("aggr", ["min", "max"])
 def test_cuda_ties_match_pyg(aggr, paths):
     """Integer features in float32: exact ties, zeros, a hub; PyG's tie rule."""

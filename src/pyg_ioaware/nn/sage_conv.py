@@ -182,6 +182,9 @@ class SAGEConv(FusedMessagePassing):
     ) -> Tensor:
         if torch.jit.is_scripting():
             return self.pyg_forward(x, edge_index, size)
+        out = self._plain_cuda_forward(x, edge_index, size)
+        if out is not None:
+            return out
         reason = self._pyg_path_reason(x, edge_index)
         if reason is not None:
             self.check_pyg_path_input(edge_index, reason)
@@ -223,10 +226,18 @@ class SAGEConv(FusedMessagePassing):
         prefetch(edge_index)
         pair = self._messages_from(x)
         carries_bias = self._root_carries_bias(pair)
-        if carries_bias:
-            out = self._aggregate_linear(pair, edge_index, num_nodes)
-            if out is not None:
-                return self._combine(out, None)
+        out = self._aggregate_linear(pair, edge_index, num_nodes) if carries_bias else None
+        if out is not None:
+            return self._combine(out, None)
+        return self._composed_forward(pair, edge_index, num_nodes, carries_bias)
+
+    @torch.jit.unused
+    def _composed_forward(self, pair: OptPairTensor, edge_index: Any, num_nodes: NumNodes,
+                          carries_bias: bool) -> Tensor:
+        """:meth:`fused_forward` where the C++ node does not take the call:
+        the root term, the aggregation and ``lin_l`` as three ops (with
+        ``carries_bias``, ``lin_l``'s bias in the root term and ``lin_l``
+        accumulated into it)."""
         root = (linear(pair[1], self.lin_r.weight, self.lin_l.bias) if carries_bias
                 else self._root(pair[1]))
         aggregated = self._aggregate(pair, edge_index, num_nodes)
@@ -272,6 +283,35 @@ class SAGEConv(FusedMessagePassing):
                 f"{self.out_channels}, aggr={self.aggr})")
 
     # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _plain_cuda_forward(self, x: Any, edge_index: Any, size: Size) -> Optional[Tensor]:
+        """:meth:`fused_forward` of the most common call, decided in a few
+        checks (a small mini-batch step is bound by host time): one 2-D
+        strided CUDA feature tensor, a plain edge_index tensor, no ``size``,
+        and a layer whose fused path is the C++ node of
+        ``ops.aggregate_linear`` (root term, no projection, the default
+        flow and node_dim, plain linear maps, nothing that needs PyG's
+        path). For such a call :meth:`forward`'s own checks reach the same
+        node with the same arguments (the graph of ``x.size(0)`` nodes), or
+        the same three ops where the node does not apply; None for every
+        other call."""
+        if not (size is None and type(x) is Tensor and type(edge_index) is Tensor
+                and x.is_cuda and x.dim() == 2 and x.layout == torch.strided
+                and edge_index.layout == torch.strided and self.root_weight
+                and not self.project and self.flow == "source_to_target"
+                and self.node_dim in (0, -2) and self.pyg_path_reason() is None):
+            return None
+        lin_l, lin_r = self.lin_l, self.lin_r
+        if not (plain_linear(lin_l) and plain_linear(lin_r)):
+            return None
+        num_nodes = x.size(0)
+        prefetch(edge_index)
+        out = aggregate_linear(Graph.from_input(edge_index, num_nodes), self._reduce(), x, None,
+                               lin_l.weight, lin_r.weight, lin_l.bias, self.hub_quantile)
+        if out is None:
+            return self._composed_forward((x, x), edge_index, num_nodes, True)
+        return self._combine(out, None)
+
     @torch.jit.unused
     def _root_carries_bias(self, pair: OptPairTensor) -> bool:
         """Whether the fused path folds ``lin_l``'s bias into the root term

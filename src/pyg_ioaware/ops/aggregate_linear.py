@@ -32,6 +32,9 @@ from .spmm import native_spmm_call
 from .spmm_functional import spmm_function
 
 REDUCES = ("sum", "mean", "min", "max")
+# The name errors give, per reduce (made once: the node's call is on a
+# small mini-batch step's host-time path).
+_WHO = {reduce: f"aggregate_linear(reduce={reduce!r})" for reduce in REDUCES}
 
 
 class Recompute:
@@ -80,9 +83,10 @@ def aggregate_linear(graph: Graph, reduce: str, x_src: Tensor, x_root: Optional[
     the C++ autograd of the aggregation takes the graph (sum / mean:
     ops.spmm.native_spmm_call with config.spmm_backward's mode; min / max:
     ops.minmax.native_minmax_operand)."""
-    who = f"aggregate_linear(reduce={reduce!r})"
-    if reduce not in REDUCES:
-        raise ValueError(f"{who}: reduce must be one of {REDUCES}")
+    who = _WHO.get(reduce)
+    if who is None:
+        raise ValueError(f"aggregate_linear(reduce={reduce!r}): reduce must be one of "
+                         f"{REDUCES}")
     root = x_src if x_root is None else x_root
     taken = host_linear(root, (w_agg, w_root) if bias is None else (w_agg, w_root, bias))
     if taken is None or x_src.dim() != 2 or (taken[1] is None and x_src.dtype != root.dtype):

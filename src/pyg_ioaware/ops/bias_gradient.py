@@ -36,7 +36,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.parameter import UninitializedParameter
+from torch.nn.parameter import UninitializedTensorMixin
 
 from .. import _native_host
 from .dispatch import accumulator_dtype
@@ -165,9 +165,11 @@ def apply_linear(lin: torch.nn.Module, x: Tensor) -> Tensor:
 
 def plain_linear(lin: torch.nn.Module) -> bool:
     """Whether ``lin(x)`` may be computed from its parameters alone: no hooks
-    on the module, its parameters initialized (not lazy)."""
+    on the module, its parameters initialized (not lazy). (Checked on every
+    layer call: the lazy check names torch's mixin, not
+    UninitializedParameter, whose metaclass makes isinstance a Python call.)"""
     return not (lin._forward_hooks or lin._forward_pre_hooks
-                or isinstance(lin.weight, UninitializedParameter))
+                or isinstance(lin.weight, UninitializedTensorMixin))
 
 
 def fusable(lins: Sequence[torch.nn.Module]) -> bool:
