@@ -89,8 +89,11 @@ class GraphState:
     (mode, dtype), filled by ops.normalize; ``gcn_values`` (on a self-loop
     graph only): float32 GCN values without weights that the build wrote
     with the structure (``Graph.from_input(..., gcn_values=True)``), until
-    ops.normalize takes them into ``values``. (The SpMM backends' plans live
-    beside the structure, in ``StructureState``.)
+    ops.normalize takes them into ``values``; ``native_spmm_calls``: the C++
+    SpMM calls resolved over the cached ``values`` (ops.spmm.native_spmm_call,
+    keyed by the values' identity, the features' dtype and width and the
+    backward's flags), which hold the graph's tensors and no Graph. (The
+    SpMM backends' plans live beside the structure, in ``StructureState``.)
     """
     transpose: Optional[Transpose] = None
     self_loop_graph: Optional["Graph"] = None
@@ -101,6 +104,7 @@ class GraphState:
     attention_graphs: Dict[int, Tuple["Graph", Tensor, Tensor]] = field(default_factory=dict)
     values: Dict[Tuple[str, torch.dtype], Any] = field(default_factory=dict)
     gcn_values: Optional[Tensor] = None
+    native_spmm_calls: Dict[tuple, Any] = field(default_factory=dict)
 
 
 class Graph:

@@ -2,12 +2,16 @@
 against the Python autograd.Function it stands in for: the same outputs
 and gradients (bitwise where no atomics add in another order), the same
 lazy CSR^T rule, a double backward, and the cases it leaves to Python."""
+import gc
+import weakref
+
 import pytest
 import torch
 
 from _helpers import TOLERANCE, host_extension_calls, random_graph, relative_error
 from pyg_ioaware import Graph, config, ops
 from pyg_ioaware.nn import GCNConv
+from pyg_ioaware.ops import normalize, spmm
 
 pytestmark = pytest.mark.cuda
 
@@ -202,3 +206,44 @@ def test_autocast_bias_inside_the_mixed_aggregation(calls, monkeypatch, dtype, f
     assert torch.equal(native[0], python[0]) and torch.equal(native[3], python[3])
     for a, b in zip(native[1:3], python[1:3]):
         assert a.dtype == b.dtype and relative_error(a, b) < TOLERANCE[dtype]
+
+
+
+def test_resolved_calls_are_kept_on_the_graph(calls):
+    """A call resolved over a graph's cached values runs again as it is
+    (GraphState.native_spmm_calls); other features, the deterministic flag
+    and a CSR^T built since resolve anew; the kept calls hold no Graph, so a
+    mini-batch's graph goes with its edge_index (no cycle left to the
+    collector)."""
+    edge_index = random_graph(300, 300, 2000, seed=7).cuda()
+    graph = Graph.from_input(edge_index, 300)
+    x = torch.randn(300, 16, device="cuda")
+    values = normalize.normalized_values(graph, None, "mean", x.dtype)
+    # Its edges come in no order: the first call starts reading the degree
+    # bound, and only a call that knows it is kept.
+    assert not spmm.native_spmm_call(graph, values, x, "auto").replayable
+    torch.cuda.synchronize()
+    first = spmm.native_spmm_call(graph, values, x, "auto")
+    assert first is not None and first.replayable
+    assert spmm.native_spmm_call(graph, values, x, "auto") is first
+    assert spmm.native_spmm_call(graph, values, x[:, :8].contiguous(), "auto") is not first
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        assert spmm.native_spmm_call(graph, values, x, "auto") is not first
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    graph.transpose  # built: the calls from now on pass the CSR^T
+    with_transpose = spmm.native_spmm_call(graph, values, x, "auto")
+    assert with_transpose is not first and with_transpose.transpose is not None
+    assert relative_error(with_transpose(graph, x, None), ops.aggregate(x, graph, "mean")) < 1e-6
+
+    gc.collect()
+    gc.disable()
+    try:
+        held = weakref.ref(graph)
+        del graph, values, first, with_transpose
+        del edge_index  # the graph cache's key: its Graph goes with it
+        assert held() is None
+    finally:
+        gc.enable()

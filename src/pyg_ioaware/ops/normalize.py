@@ -52,6 +52,11 @@ class EdgeValues:
             self._values_t = mark_static(values_t) if self._static else values_t
         return self._values_t
 
+    @property
+    def cached(self) -> bool:
+        """Whether the graph keeps these values (computed without weights)."""
+        return self._static
+
     def tensors(self) -> List[Tensor]:
         return [t for t in (self.values, self._values_t) if t is not None]
 

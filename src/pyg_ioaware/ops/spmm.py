@@ -363,6 +363,12 @@ def native_spmm_call(graph, edge_values, x: Tensor, backward: str) -> Optional[N
         return None
     has_transpose = backward == "materialized" or graph.state.transpose is not None
     deterministic = torch.are_deterministic_algorithms_enabled()
+    # A call resolved before over the graph's cached values, for these
+    # features and flags, is run again as it is (GraphState.native_spmm_calls).
+    key = (id(edge_values), x.dtype, width, backward, deterministic, has_transpose)
+    known = graph.state.native_spmm_calls.get(key)
+    if known is not None and known.edge_values is edge_values and known.extension is extension:
+        return known
     # Whether the backward may run the transposed SpMM over A (LazyTranspose's
     # rule, which the C++ autograd applies): else only the two forward classes
     # need be ours (a large graph's transposed class is cuSPARSE's).
@@ -378,9 +384,12 @@ def native_spmm_call(graph, edge_values, x: Tensor, backward: str) -> Optional[N
             return None
         edge_values.own_kernels[(width, scatter)] = True  # decided classes stay decided
     a = (graph.rowptr, graph.col, edge_values.values, own_degree_bound(graph.rowptr))
-    return NativeSpmmCall(extension, a,
+    call = NativeSpmmCall(extension, a,
                           _transpose_args(graph, edge_values) if has_transpose else None,
                           graph.num_src, deterministic, edge_values, x.dtype)
+    if edge_values.cached and call.replayable:
+        graph.state.native_spmm_calls[key] = call
+    return call
 
 
 # ------------------------------------------------------------------ SDDMM
