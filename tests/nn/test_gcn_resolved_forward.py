@@ -94,7 +94,7 @@ def test_changes_resolve_again(resolutions):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         resolves_and_matches(lambda: step(ours, x, edge_index, grad),
                              lambda: step(ref, x, edge_index, grad), 1e-2)
-    # Inputs: features that need no gradient (aggregated first, no C++ node),
+    # Inputs: features that need no gradient (aggregated first, no node recorded),
     # fewer nodes (another edge_index), a changed edge_index, an equal new one.
     assert_matches((ours(x, edge_index),), (ref(x, edge_index),))
     kept = edge_index[:, (edge_index < 300).all(0)]

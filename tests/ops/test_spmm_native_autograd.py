@@ -247,3 +247,27 @@ def test_resolved_calls_are_kept_on_the_graph(calls):
         assert held() is None
     finally:
         gc.enable()
+
+
+def test_no_gradient_takes_the_cpp_call_and_records_no_node(calls, monkeypatch):
+    """Features that need no gradient (a first layer's, inference) take the
+    C++ call too, which then records no node: the raw op's values, bitwise
+    (the degree bound known to both); with a materialized backward the op
+    runs instead, and no CSR^T is built for a call without a backward."""
+    edge_index = random_graph(300, 300, 2000, seed=8).cuda()
+    adjacency = ops.gcn_adjacency(edge_index, 300)
+    graph = adjacency.graph
+    x = torch.randn(300, 16, device="cuda")
+    adjacency.propagate(x)
+    torch.cuda.synchronize()  # the first SpMM over the graph reads its degree bound
+    out = adjacency.propagate(x)
+    with torch.no_grad():
+        out_no_grad = adjacency.propagate(x.clone().requires_grad_())
+    assert calls["spmm"] == 3
+    assert out.grad_fn is None and out_no_grad.grad_fn is None
+    values = normalize.normalized_values(graph, None, "gcn", x.dtype).values
+    expected = torch.ops.pyg_ioaware.spmm(graph.rowptr, graph.col, values, x, 300, False)
+    assert torch.equal(out, expected) and torch.equal(out_no_grad, expected)
+    monkeypatch.setattr(config, "spmm_backward", "materialized")
+    assert torch.equal(adjacency.propagate(x), expected)
+    assert calls["spmm"] == 3 and graph.state.transpose is None

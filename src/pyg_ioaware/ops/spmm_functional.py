@@ -104,7 +104,8 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     mixed form writes that float32 sum plus the bias in one pass (the sum
     not rounded to 16 bits on the way). Any other bias is added after the
     aggregation, promoting as torch does. Where nothing needs a gradient
-    (inference) the autograd Function is skipped; the CSR^T is built where
+    (inference, a first layer's features) no autograd node is recorded (the
+    C++ call records none, the op below has none); the CSR^T is built where
     config.spmm_backward says (lazily by default). ``record`` is handed the
     C++ autograd call (ops.spmm.NativeSpmmCall) where one ran on ``x``
     itself and may run again as it is (:attr:`NativeSpmmCall.replayable`)."""
@@ -119,22 +120,26 @@ def propagate(graph: Graph, weight_csr: Optional[Tensor], mode: str, x: Tensor,
     edge_values = normalized_values(graph, weight_csr, mode, out_dtype)
     values = edge_values.values
     spmm_out = out_dtype if mixed else None
-    needs_grad = x.requires_grad or values.requires_grad or (
-        bias is not None and bias.requires_grad)
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or values.requires_grad or (
+        bias is not None and bias.requires_grad))
     promoting = bias is not None and bias.dtype != out_dtype
-    if not (torch.is_grad_enabled() and needs_grad):
-        out = spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False,
-                           None if promoting else bias, spmm_out)
-        return out + bias if promoting else out
     backward = config.spmm_backward
     if backward == "auto" and torch.compiler.is_compiling():
         # Traced code cannot decide later: the CSR^T if the graph has one.
         backward = "materialized" if graph.state.transpose is not None else "transpose"
-    call = native_spmm_call(graph, edge_values, x, backward)
+    # The C++ call also where nothing needs a gradient (it then records no
+    # node): the same kernel as the op below, without its Python dispatch.
+    # Not with a materialized backward, which would build a CSR^T for it.
+    call = (native_spmm_call(graph, edge_values, x, backward)
+            if needs_grad or backward == "auto" else None)
     if call is not None:
         if record is not None and x is given and call.replayable:
             record(call)
         return call(graph, x, bias)
+    if not needs_grad:
+        out = spmm_trusted(graph.rowptr, graph.col, values, x, graph.num_dst, False,
+                           None if promoting else bias, spmm_out)
+        return out + bias if promoting else out
     if promoting:
         return spmm_function(graph, edge_values, x, None, backward, spmm_out) + bias
     return spmm_function(graph, edge_values, x, bias, backward, spmm_out)
