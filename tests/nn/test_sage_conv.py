@@ -617,10 +617,11 @@ def test_cuda_plain_call_matches_the_general_checks(aggr, normalize, monkeypatch
     """The common call (one 2-D CUDA feature tensor, a plain edge_index, no
     ``size``) enters the fused path through ``_plain_cuda_forward``, not
     ``fused_forward``'s general checks, and gives what those give for the
-    same call with ``size`` spelled out: the forward bitwise (no hub, and the
-    graph's degree bound known to both: the same kernels, no atomics), the
-    gradients within rounding (the backward scatters)."""
-    edge_index = random_graph(600, 600, 6000, seed=66).cuda()
+    same call with ``size`` spelled out: the forward bitwise (uniform degrees,
+    no hub, the graph's degree bound known to both: the same kernels, no
+    atomics), the gradients within rounding (the backward scatters)."""
+    gen = torch.Generator().manual_seed(66)
+    edge_index = torch.randint(0, 600, (2, 6000), generator=gen).cuda()
     x = torch.randn(600, 33, device="cuda")
     conv = SAGEConv(33, 17, aggr=aggr, normalize=normalize).cuda()
     torch.nn.init.uniform_(conv.lin_l.bias)
