@@ -208,7 +208,6 @@ def test_autocast_bias_inside_the_mixed_aggregation(calls, monkeypatch, dtype, f
         assert a.dtype == b.dtype and relative_error(a, b) < TOLERANCE[dtype]
 
 
-
 def test_resolved_calls_are_kept_on_the_graph(calls):
     """A call resolved over a graph's cached values runs again as it is
     (GraphState.native_spmm_calls); other features, the deterministic flag
