@@ -301,13 +301,11 @@ class SAGEConv(FusedMessagePassing):
                 and not self.project and self.flow == "source_to_target"
                 and self.node_dim in (0, -2) and self.pyg_path_reason() is None):
             return None
-        lin_l, lin_r = self.lin_l, self.lin_r
-        if not (plain_linear(lin_l) and plain_linear(lin_r)):
+        if not (plain_linear(self.lin_l) and plain_linear(self.lin_r)):
             return None
         num_nodes = x.size(0)
         prefetch(edge_index)
-        out = aggregate_linear(Graph.from_input(edge_index, num_nodes), self._reduce(), x, None,
-                               lin_l.weight, lin_r.weight, lin_l.bias, self.hub_quantile)
+        out = self._node(self._graph(edge_index, num_nodes), x, x)
         if out is None:
             return self._composed_forward((x, x), edge_index, num_nodes, True)
         return self._combine(out, None)
@@ -359,9 +357,15 @@ class SAGEConv(FusedMessagePassing):
         if (x_j is None or not x_j.is_cuda or x_j.dim() != 2 or self.fused_node_dim(x_j) != 0
                 or is_torch_sparse_tensor(edge_index)):
             return None
-        return aggregate_linear(self._graph(edge_index, num_nodes), self._reduce(), x_j,
-                                None if x_r is x_j else x_r, self.lin_l.weight,
-                                self.lin_r.weight, self.lin_l.bias, self.hub_quantile)
+        return self._node(self._graph(edge_index, num_nodes), x_j, x_r)
+
+    @torch.jit.unused
+    def _node(self, graph: Graph, x_j: Tensor, x_r: Tensor) -> Optional[Tensor]:
+        """``ops.aggregate_linear`` over ``graph`` with this layer's maps (x_r
+        None for x_j itself), or None where the node does not apply."""
+        return aggregate_linear(graph, self._reduce(), x_j, None if x_r is x_j else x_r,
+                                self.lin_l.weight, self.lin_r.weight, self.lin_l.bias,
+                                self.hub_quantile)
 
     @torch.jit.unused
     def _reduce(self) -> str:
