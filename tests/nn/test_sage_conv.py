@@ -610,10 +610,21 @@ def test_cuda_matches_pyg(aggr, options, paths):
     assert paths == ["fused"]
 
 
+@pytest.fixture
+def general(monkeypatch):
+    """The arguments of every SAGEConv call that went through
+    ``fused_forward``'s general checks from now on."""
+    calls = []
+    fused_forward = SAGEConv.fused_forward
+    monkeypatch.setattr(SAGEConv, "fused_forward",
+                        lambda self, *args: calls.append(args) or fused_forward(self, *args))
+    return calls
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("aggr", ["mean", "max"])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_cuda_plain_call_matches_the_general_checks(aggr, normalize, monkeypatch):
+def test_cuda_plain_call_matches_the_general_checks(aggr, normalize, general):
     """The common call (one 2-D CUDA feature tensor, a plain edge_index, no
     ``size``) enters the fused path through ``_plain_cuda_forward``, not
     ``fused_forward``'s general checks, and gives what those give for the
@@ -627,10 +638,6 @@ def test_cuda_plain_call_matches_the_general_checks(aggr, normalize, monkeypatch
     torch.nn.init.uniform_(conv.lin_l.bias)
     conv(x, edge_index)  # the first SpMM over the graph reads its degree bound
     torch.cuda.synchronize()
-    general = []
-    fused_forward = SAGEConv.fused_forward
-    monkeypatch.setattr(SAGEConv, "fused_forward",
-                        lambda self, *args: general.append(args) or fused_forward(self, *args))
     plain = run(conv, x, edge_index)
     assert not general
     conv.zero_grad()
@@ -641,16 +648,12 @@ def test_cuda_plain_call_matches_the_general_checks(aggr, normalize, monkeypatch
 
 
 @pytest.mark.cuda
-def test_cuda_other_calls_take_the_general_checks(monkeypatch):
+def test_cuda_other_calls_take_the_general_checks(general):
     """Every call but the common one goes through ``fused_forward`` (or PyG's
     path), with PyG's result: a pair of features, a Graph, ``size``, the
     reversed flow, a projection, a hook on a linear map."""
     edge_index = random_graph(300, 300, 2000, seed=67).cuda()
     x = torch.randn(300, 12, device="cuda")
-    general = []
-    fused_forward = SAGEConv.fused_forward
-    monkeypatch.setattr(SAGEConv, "fused_forward",
-                        lambda self, *args: general.append(args) or fused_forward(self, *args))
     calls = {
         "pair": ({}, lambda conv: conv((x, x), edge_index)),
         "graph": ({}, lambda conv: conv(x, Graph.from_input(edge_index, 300))),
