@@ -9,8 +9,8 @@ overhead) is paid every step. For each batch size this module
 - times a 2-layer model's training step (forward, cross-entropy on the seed
   nodes, backward, ``torch.optim.SGD`` step) cycling through them, in three
   variants (:data:`VARIANTS`): ours and PyG's layers given a fresh
-  ``edge_index`` tensor every step (a clone inside the timed step, so no
-  graph cache can hit), and ours given the pre-generated tensors themselves
+  ``edge_index`` tensor every step (a clone made just before the timed
+  step, so no graph cache can hit), and ours given the pre-generated tensors themselves
   (after the warm-up pass every step reuses a cached graph); the variants
   take turns in rounds (:func:`time_interleaved`), so a drift of the
   host's speed weighs on all three alike;
@@ -167,9 +167,13 @@ class StepTimer:
     cycling through ``batches``: :meth:`run` marks each step's start and
     end (CUDA events on a GPU), :meth:`finish` gives the median.
 
-    ``new_graph``: every step gets a clone of the batch's edge_index (made
-    inside the timed step, as a loader makes a new tensor); otherwise the
-    batch's own tensor, so a graph cache hits after the first pass."""
+    ``new_graph``: every step gets a clone of the batch's edge_index, made
+    just before the step's start mark, as a loader hands the model a new
+    tensor before the step (the step is forward, backward and the
+    optimizer, as the protocol defines it; the same-graph variant makes no
+    clone, so a clone inside the step would count as a new graph's cost);
+    otherwise the batch's own tensor, so a graph cache hits after the first
+    pass."""
 
     def __init__(self, model: nn.Module, batches: Sequence[Batch], precision: str,
                  new_graph: bool):
@@ -183,8 +187,8 @@ class StepTimer:
         for _ in range(steps):
             batch = self.batches[self.step_index % len(self.batches)]
             self.step_index += 1
-            start = self.clock.mark()
             edge_index = batch.edge_index.clone() if self.new_graph else batch.edge_index
+            start = self.clock.mark()
             train_step(self.model, self.optimizer, batch, edge_index, self.precision)
             end = self.clock.mark()
             if record:
