@@ -13,6 +13,7 @@ from torch_geometric.typing import Adj, OptPairTensor, Size, SparseTensor
 from torch_geometric.utils import is_sparse, is_torch_sparse_tensor, spmm
 
 from ..graph import Graph, NumNodes, prefetch
+from ..module_reads import parameter, submodule
 from ..ops.aggregate import aggregate, aggregate_unweighted
 from ..ops.aggregate_linear import aggregate_linear
 from ..ops.bias_gradient import add_product, apply_linear, linear, plain_linear
@@ -301,7 +302,7 @@ class SAGEConv(FusedMessagePassing):
                 and not self.project and self.flow == "source_to_target"
                 and self.node_dim in (0, -2) and self.pyg_path_reason() is None):
             return None
-        if not (plain_linear(self.lin_l) and plain_linear(self.lin_r)):
+        if not (plain_linear(submodule(self, "lin_l")) and plain_linear(submodule(self, "lin_r"))):
             return None
         num_nodes = x.size(0)
         prefetch(edge_index)
@@ -363,9 +364,11 @@ class SAGEConv(FusedMessagePassing):
     def _node(self, graph: Graph, x_j: Tensor, x_r: Tensor) -> Optional[Tensor]:
         """``ops.aggregate_linear`` over ``graph`` with this layer's maps (x_r
         None for x_j itself), or None where the node does not apply."""
+        lin_l = submodule(self, "lin_l")
         return aggregate_linear(graph, self._reduce(), x_j, None if x_r is x_j else x_r,
-                                self.lin_l.weight, self.lin_r.weight, self.lin_l.bias,
-                                self.hub_quantile)
+                                parameter(lin_l, "weight"),
+                                parameter(submodule(self, "lin_r"), "weight"),
+                                parameter(lin_l, "bias"), self.hub_quantile)
 
     @torch.jit.unused
     def _reduce(self) -> str:

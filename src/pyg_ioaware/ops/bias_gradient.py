@@ -39,6 +39,7 @@ from torch import Tensor
 from torch.nn.parameter import UninitializedTensorMixin
 
 from .. import _native_host
+from ..module_reads import parameter
 from .dispatch import accumulator_dtype
 
 #: Outputs of at least this many elements take the GEMV bias gradient
@@ -160,39 +161,44 @@ def apply_linear(lin: torch.nn.Module, x: Tensor) -> Tensor:
     parameters initialized)."""
     if not plain_linear(lin):
         return lin(x)
-    return linear(x, lin.weight, lin.bias)
+    return linear(x, parameter(lin, "weight"), parameter(lin, "bias"))
 
 
 def plain_linear(lin: torch.nn.Module) -> bool:
     """Whether ``lin(x)`` may be computed from its parameters alone: no hooks
-    on the module, its parameters initialized (not lazy). (Checked on every
-    layer call: the lazy check names torch's mixin, not
+    on the module, ``weight`` and ``bias`` registered parameters (``bias``
+    may be None; module_reads.parameter reads both) and initialized (not
+    lazy). (Checked on every layer call: the registry is read without
+    nn.Module.__getattr__, and the lazy check names torch's mixin, not
     UninitializedParameter, whose metaclass makes isinstance a Python call.)"""
-    return not (lin._forward_hooks or lin._forward_pre_hooks
-                or isinstance(lin.weight, UninitializedTensorMixin))
+    params = lin._parameters
+    weight = params.get("weight")
+    return not (weight is None or "bias" not in params or lin._forward_hooks
+                or lin._forward_pre_hooks or isinstance(weight, UninitializedTensorMixin))
 
 
 def fusable(lins: Sequence[torch.nn.Module]) -> bool:
     """Whether :func:`fused_linear` may stand for ``lins``' own calls: each
     :func:`plain_linear`, one output width, all with a bias or none."""
     return (all(plain_linear(lin) for lin in lins)
-            and len({lin.weight.size(0) for lin in lins}) == 1
-            and len({lin.bias is None for lin in lins}) == 1)
+            and len({parameter(lin, "weight").size(0) for lin in lins}) == 1
+            and len({parameter(lin, "bias") is None for lin in lins}) == 1)
 
 
 def fused_linear(x: Tensor, lins: Sequence[torch.nn.Module]) -> Tensor:
     """[N, len(lins), out] with slot s = ``lins[s](x)`` for x [N, in]: one
     matrix product with the maps' weights (and biases) concatenated (in the
     C++ node, or through :func:`linear`); ``lins`` must be :func:`fusable`."""
-    weights = [lin.weight for lin in lins]
-    biases = [] if lins[0].bias is None else [lin.bias for lin in lins]
+    weights = [parameter(lin, "weight") for lin in lins]
+    biases = [parameter(lin, "bias") for lin in lins]
+    biases = [] if biases[0] is None else biases
     taken = host_linear(x, [*weights, *biases])
     if taken is not None:  # the concatenations (and autocast's casts) inside the C++ node
         host, dtype = taken
         out = host.fused_linear(x, weights, biases, dtype=dtype)
     else:
         out = linear(x, torch.cat(weights), torch.cat(biases) if biases else None)
-    return out.view(x.size(0), len(lins), lins[0].weight.size(0))
+    return out.view(x.size(0), len(lins), weights[0].size(0))
 
 
 def add_product(y: Tensor, x: Tensor, weight: Tensor) -> Tensor:
