@@ -143,15 +143,16 @@ def first_layer_call(conv, x, edge_index, edge_weight, grad):
 
 
 def aggregated_width(monkeypatch):
-    """The widths of the features SpmmAdjacency.propagate aggregates."""
-    from pyg_ioaware.ops.spmm_functional import SpmmAdjacency
-    widths, propagate = [], SpmmAdjacency.propagate
+    """The widths of the features ops.spmm_functional.propagate aggregates
+    (the fused path's one propagation, with or without an SpmmAdjacency)."""
+    from pyg_ioaware.ops import spmm_functional
+    widths, propagate = [], spmm_functional.propagate
 
-    def spy(self, h, *args, **kwargs):
-        widths.append(h.size(-1))
-        return propagate(self, h, *args, **kwargs)
+    def spy(graph, weight_csr, mode, x, *args, **kwargs):
+        widths.append(x.size(-1))
+        return propagate(graph, weight_csr, mode, x, *args, **kwargs)
 
-    monkeypatch.setattr(SpmmAdjacency, "propagate", spy)
+    monkeypatch.setattr(spmm_functional, "propagate", spy)
     return widths
 
 
@@ -396,3 +397,92 @@ def test_cuda_compile_reduce_overhead():
     for _ in range(3):
         x = torch.randn(300, 32, device="cuda")
         assert relative_error(compiled(x, graph), conv(x, graph)) < 1e-5
+
+
+@pytest.fixture
+def general(monkeypatch):
+    """The arguments of every GCNConv call that went through
+    ``fused_forward``'s general checks from now on."""
+    calls = []
+    fused_forward = GCNConv.fused_forward
+    monkeypatch.setattr(GCNConv, "fused_forward",
+                        lambda self, *args: calls.append(args) or fused_forward(self, *args))
+    return calls
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("add_self_loops", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("first_layer", [True, False])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_cuda_plain_call_matches_the_general_checks(add_self_loops, bias, first_layer, autocast,
+                                                    general):
+    """The common call (one 2-D CUDA feature tensor, a plain edge_index, no
+    edge weights) enters the fused path through ``_plain_cuda_forward``, not
+    ``fused_forward``'s general checks, and gives what those give for the
+    same call on a new graph of the same edges: a first layer's features
+    (no gradient: aggregated before the projection outside autocast) and a
+    later layer's, with and without bf16 autocast; the forward bitwise
+    (uniform degrees, no hub: the same kernels, no atomics), the gradients
+    within rounding (the backward scatters)."""
+    gen = torch.Generator().manual_seed(66)
+    edge_index = torch.randint(0, 600, (2, 6000), generator=gen).cuda()
+    x = torch.randn(600, 33, device="cuda")
+    conv = GCNConv(33, 40, add_self_loops=add_self_loops, bias=bias).cuda()
+    if bias:
+        torch.nn.init.uniform_(conv.bias)
+    grad = torch.randn(600, 40, device="cuda")
+
+    def run(call):
+        conv.zero_grad()
+        inputs = x.clone().requires_grad_(not first_layer)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            out = call(inputs, edge_index.clone())  # a new graph every call
+        out.backward(grad)
+        grads = [inputs.grad] if not first_layer else []
+        return [out, *grads, *(p.grad for p in conv.parameters())]
+
+    plain = run(conv)
+    assert not general
+    checked = run(conv.fused_forward)
+    assert len(general) == 1
+    assert torch.equal(plain[0], checked[0])
+    for a, b in zip(plain[1:], checked[1:]):
+        assert relative_error(a, b) < 1e-6
+
+
+@pytest.mark.cuda
+def test_cuda_other_calls_take_the_general_checks(general):
+    """Every call but the common one goes through ``fused_forward`` (or PyG's
+    path), with PyG's result: edge weights, an EdgeIndex, a Graph, the
+    reversed flow, ``cached``, ``normalize=False``, a hook on ``lin``; an
+    edge_index on another device than the features gets the general
+    checks' error."""
+    edge_index = random_graph(300, 300, 2000, seed=67).cuda()
+    x = torch.randn(300, 12, device="cuda")
+    weight = torch.rand(edge_index.size(1), device="cuda")
+    weight[edge_index[0] == edge_index[1]] = 0.5  # PyG's CUDA index_put keeps any duplicate's
+    calls = {
+        "weights": ({}, lambda conv: conv(x, edge_index, weight)),
+        "EdgeIndex": ({}, lambda conv: conv(x, EdgeIndex(edge_index, sparse_size=(300, 300)))),
+        "graph": ({}, lambda conv: conv(x, Graph.from_input(edge_index, 300))),
+        "flow": ({"flow": "target_to_source"}, lambda conv: conv(x, edge_index)),
+        "cached": ({"cached": True}, lambda conv: conv(x, edge_index)),
+        "normalize": ({"normalize": False}, lambda conv: conv(x, edge_index)),
+    }
+    for name, (options, call) in calls.items():
+        ours, ref = pair(12, 5, **options)
+        ours, ref = ours.cuda(), ref.cuda()
+        before = len(general)
+        expected = ref(x, edge_index, weight if name == "weights" else None)
+        assert relative_error(call(ours), expected) < 1e-5, name
+        assert len(general) == before + 1, name
+    ours, ref = pair(12, 5)
+    ours, ref = ours.cuda(), ref.cuda()
+    seen = []
+    ours.lin.register_forward_hook(lambda module, inputs, out: seen.append(out))
+    assert relative_error(ours(x, edge_index), ref(x, edge_index)) < 1e-5
+    assert len(seen) == 1 and len(general) == len(calls) + 1
+    with pytest.raises(ValueError, match="on cuda"):
+        ours(x, edge_index.cpu())
+    assert len(general) == len(calls) + 2

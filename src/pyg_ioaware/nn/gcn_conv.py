@@ -14,7 +14,9 @@ from torch_geometric.utils import spmm
 
 from .. import config
 from ..graph import Graph, prefetch
+from ..module_reads import parameter, submodule
 from ..ops.bias_gradient import apply_linear, linear, plain_linear
+from ..ops import spmm_functional
 from ..ops.spmm_functional import SpmmAdjacency, gcn_adjacency
 from .fused_message_passing import FusedMessagePassing
 
@@ -134,6 +136,9 @@ class GCNConv(FusedMessagePassing):
                              f"'GraphConv' instead")
         if torch.jit.is_scripting():
             return self.pyg_forward(x, edge_index, edge_weight)
+        out = self._plain_cuda_forward(x, edge_index, edge_weight)
+        if out is not None:
+            return out
         reason = self._pyg_path_reason(x)
         if reason is not None:
             self.check_pyg_path_input(edge_index, reason)
@@ -187,8 +192,7 @@ class GCNConv(FusedMessagePassing):
         like the layer's last one over the same edge_index runs what that
         one resolved (``_ResolvedForward``)."""
         if edge_weight is None and not torch.compiler.is_compiling():
-            resolved = _RESOLVED_FORWARDS.get(self)
-            out = None if resolved is None else resolved.run(self, x, edge_index)
+            out = self._resolved_forward(x, edge_index)
             if out is not None:
                 return out
         node_dim = self.fused_node_dim(x)
@@ -213,6 +217,50 @@ class GCNConv(FusedMessagePassing):
             _ResolvedForward.keep(self, x, edge_index, adjacency.graph, calls[0])
         return out
 
+    @torch.jit.unused
+    def _plain_cuda_forward(self, x: Any, edge_index: Any,
+                            edge_weight: Optional[Tensor]) -> Optional[Tensor]:
+        """:meth:`fused_forward` of the most common call, decided in a few
+        checks (a small mini-batch step is bound by host time): one 2-D
+        strided CUDA feature tensor, a plain edge_index tensor on its
+        device, no edge weights, and a layer that normalizes each call's
+        graph itself (``normalize``, not ``cached``, the default flow and
+        node_dim, a plain ``lin``, nothing that needs PyG's path). It runs
+        the calls :meth:`fused_forward` makes for such a call (the layer's
+        resolved forward where it holds; else the first layer's
+        aggregation before its projection, or X W, the graph with its GCN
+        values and one SpMM with the bias), without the general checks,
+        the adjacency object and the propagation's layout handling; None
+        for every other call."""
+        if not (edge_weight is None and type(x) is Tensor and type(edge_index) is Tensor
+                and x.is_cuda and x.dim() == 2 and x.layout == torch.strided
+                and edge_index.layout == torch.strided and x.device == edge_index.device
+                and self.normalize and not self.cached and self.flow == "source_to_target"
+                and self.node_dim in (0, -2) and self.pyg_path_reason() is None
+                and plain_linear(submodule(self, "lin")) and not torch.compiler.is_compiling()):
+            return None
+        out = self._resolved_forward(x, edge_index)
+        if out is not None:
+            return out
+        num_nodes = x.size(0)
+        lin, bias = submodule(self, "lin"), parameter(self, "bias")
+        weight = parameter(lin, "weight")
+        if self._aggregates_first(x, None, 0):
+            aggregated = spmm_functional.propagate(self._plain_graph(edge_index, num_nodes),
+                                                   None, "gcn", x)
+            return linear(aggregated, weight, bias)
+        prefetch(edge_index)
+        projected = linear(x, weight, parameter(lin, "bias"))
+        graph = self._plain_graph(edge_index, num_nodes)
+        # Ones in x's dtype over X W: float32 messages over 16-bit X W (as above).
+        calls = []
+        out = spmm_functional.propagate(graph, None, "gcn", projected, bias,
+                                        torch.promote_types(x.dtype, projected.dtype),
+                                        calls.append)
+        if calls:
+            _ResolvedForward.keep(self, x, edge_index, graph, calls[0])
+        return out
+
     def message(self, x_j: Tensor, edge_weight: OptTensor) -> Tensor:
         return x_j if edge_weight is None else edge_weight.view(-1, 1) * x_j
 
@@ -220,6 +268,24 @@ class GCNConv(FusedMessagePassing):
         return spmm(adj_t, x, reduce=self.aggr)
 
     # ------------------------------------------------------------- internals
+    @torch.jit.unused
+    def _resolved_forward(self, x: Tensor, edge_index: Any) -> Optional[Tensor]:
+        """The layer's last resolved forward run again, where it holds
+        (``_ResolvedForward``); else None. For calls without edge weights,
+        in eager mode."""
+        resolved = _RESOLVED_FORWARDS.get(self)
+        return None if resolved is None else resolved.run(self, x, edge_index)
+
+    @torch.jit.unused
+    def _plain_graph(self, edge_index: Tensor, num_nodes: int) -> Graph:
+        """What :func:`gcn_adjacency` propagates over for a plain edge_index
+        without weights and the default flow: its Graph (with the self-loop
+        graph and its GCN values, built with it where new), with self loops
+        where the layer adds them."""
+        graph = Graph.from_input(edge_index, num_nodes, with_self_loops=self.add_self_loops,
+                                 gcn_values=True)
+        return graph.with_remaining_self_loops() if self.add_self_loops else graph
+
     @torch.jit.unused
     def _pyg_path_reason(self, x: Tensor) -> Optional[str]:
         reason = self.pyg_path_reason()
@@ -239,9 +305,10 @@ class GCNConv(FusedMessagePassing):
         than the output (the SpMM no wider than PyG's), edge weights that need
         no gradient, outside autocast (where PyG's X W is 16-bit and its output
         float32) and where ``lin`` is called by no hook."""
-        return (plain_linear(self.lin) and node_dim == 0 and x.dim() == 2
+        lin = submodule(self, "lin")
+        return (plain_linear(lin) and node_dim == 0 and x.dim() == 2
                 and x.layout == torch.strided and x.dtype in (torch.float32, torch.float64)
-                and not x.requires_grad and x.size(1) <= self.lin.weight.size(0)
+                and not x.requires_grad and x.size(1) <= parameter(lin, "weight").size(0)
                 and (edge_weight is None or not edge_weight.requires_grad)
                 and not torch.is_autocast_enabled(x.device.type))
 
@@ -366,11 +433,11 @@ class _ResolvedForward:
         """Everything besides the graph that the fused forward's choices
         depend on (PyG's path excluded by the caller), or None where no
         resolution may be kept or replayed."""
-        lin = conv.lin
+        lin = submodule(conv, "lin")
         if (torch.compiler.is_compiling() or type(x) is not Tensor or not x.is_cuda
-                or not plain_linear(lin) or lin.bias is not None):
+                or not plain_linear(lin) or parameter(lin, "bias") is not None):
             return None
-        weight, bias = lin.weight, conv.bias
+        weight, bias = parameter(lin, "weight"), parameter(conv, "bias")
         return (x.dtype, x.device, x.shape, x.layout, x.requires_grad,
                 weight.dtype, weight.device, weight.shape, weight.requires_grad,
                 None if bias is None else (bias.dtype, bias.device, bias.shape,
@@ -388,7 +455,8 @@ class _ResolvedForward:
                 or (graph.state.transpose is not None) != (self.call.transpose is not None)
                 or self.signature(conv, x) != self.signature_):
             return None
-        return self.call(graph, F.linear(x, conv.lin.weight), conv.bias)
+        return self.call(graph, F.linear(x, parameter(submodule(conv, "lin"), "weight")),
+                         parameter(conv, "bias"))
 
 
 # GCNConv -> its _ResolvedForward (weak keys: a layer's entry goes with it).
