@@ -10,10 +10,10 @@ overhead) is paid every step. For each batch size this module
   nodes, backward, ``torch.optim.SGD`` step) cycling through them, in three
   variants (:data:`VARIANTS`): ours and PyG's layers given a fresh
   ``edge_index`` tensor every step (a clone made just before the timed
-  step, so no graph cache can hit), and ours given the pre-generated tensors themselves
-  (after the warm-up pass every step reuses a cached graph); the variants
-  take turns in rounds (:func:`time_interleaved`), so a drift of the
-  host's speed weighs on all three alike;
+  step, so no graph cache can hit), and ours given the pre-generated
+  tensors themselves (after the warm-up pass every step reuses a cached
+  graph); the variants take turns in rounds (:func:`time_interleaved`), so
+  a drift of the host's speed weighs on all three alike;
 - times the Graph build on a fresh tensor and one layer's first call
   (forward + backward on a fresh graph) against a repeated call.
 

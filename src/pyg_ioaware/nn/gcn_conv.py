@@ -15,8 +15,8 @@ from torch_geometric.utils import spmm
 from .. import config
 from ..graph import Graph, prefetch
 from ..module_reads import parameter, submodule
-from ..ops.bias_gradient import apply_linear, linear, plain_linear
 from ..ops import spmm_functional
+from ..ops.bias_gradient import apply_linear, linear, plain_linear
 from ..ops.spmm_functional import SpmmAdjacency, gcn_adjacency
 from .fused_message_passing import FusedMessagePassing
 
