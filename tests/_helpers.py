@@ -177,6 +177,18 @@ def spy_on_paths(monkeypatch, layer_class) -> list:
     return taken
 
 
+def spy_on_general_checks(monkeypatch, layer_class) -> list:
+    """The arguments of every ``layer_class`` call that goes through its
+    ``fused_forward`` (the general checks) from now on, in order: a
+    layer's ``_plain_cuda_forward`` takes its most common call without
+    them."""
+    calls = []
+    fused_forward = layer_class.fused_forward
+    monkeypatch.setattr(layer_class, "fused_forward",
+                        lambda self, *args: calls.append(args) or fused_forward(self, *args))
+    return calls
+
+
 # ------------------------------------------------- attention layers vs PyG
 def run_attention(conv, x, edge_index, edge_attr=None, weights=True):
     """One call of an attention layer (ours or PyG's) on fresh leaf copies of

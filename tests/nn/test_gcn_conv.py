@@ -5,7 +5,7 @@ import pathlib
 import pytest
 import torch
 import torch_geometric
-from _helpers import TOLERANCE, random_graph, relative_error
+from _helpers import TOLERANCE, random_graph, relative_error, spy_on_general_checks
 from torch_geometric import EdgeIndex
 
 from pyg_ioaware import Graph
@@ -403,11 +403,7 @@ def test_cuda_compile_reduce_overhead():
 def general(monkeypatch):
     """The arguments of every GCNConv call that went through
     ``fused_forward``'s general checks from now on."""
-    calls = []
-    fused_forward = GCNConv.fused_forward
-    monkeypatch.setattr(GCNConv, "fused_forward",
-                        lambda self, *args: calls.append(args) or fused_forward(self, *args))
-    return calls
+    return spy_on_general_checks(monkeypatch, GCNConv)
 
 
 @pytest.mark.cuda

@@ -7,7 +7,8 @@ import warnings
 import pytest
 import torch
 import torch_geometric
-from _helpers import TOLERANCE, random_graph, relative_error, spy_on_paths
+from _helpers import (TOLERANCE, random_graph, relative_error, spy_on_general_checks,
+                      spy_on_paths)
 from torch_geometric import EdgeIndex
 from torch_geometric.data import HeteroData
 from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
@@ -614,11 +615,7 @@ def test_cuda_matches_pyg(aggr, options, paths):
 def general(monkeypatch):
     """The arguments of every SAGEConv call that went through
     ``fused_forward``'s general checks from now on."""
-    calls = []
-    fused_forward = SAGEConv.fused_forward
-    monkeypatch.setattr(SAGEConv, "fused_forward",
-                        lambda self, *args: calls.append(args) or fused_forward(self, *args))
-    return calls
+    return spy_on_general_checks(monkeypatch, SAGEConv)
 
 
 @pytest.mark.cuda
