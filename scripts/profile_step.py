@@ -49,16 +49,18 @@ def run_steps(model, optimizer, batches, steps, precision, new_graph=True):
 PHASES = ("clone", "graph", "conv1", "relu", "conv2", "loss", "backward", "step", "zero")
 
 
-def phase_times(model, optimizer, batches, steps: int, precision: str, ours: bool) -> dict:
+def phase_times(model, optimizer, batches, steps: int, precision: str, ours: bool,
+                new_graph: bool = True) -> dict:
     """Median host us of each of PHASES over ``steps`` steps (a new graph
-    every step), after as many warm-up steps; the Graph build is timed only
-    for ``ours`` (PyG's layers build none: 0)."""
+    every step, or with ``new_graph`` False each batch's own tensor: no
+    clone, cached graphs), after as many warm-up steps; the Graph build is
+    timed only for ``ours`` (PyG's layers build none: 0)."""
     times = {name: [] for name in PHASES + ("total",)}
     for i in range(2 * steps):
         batch = batches[i % len(batches)]
         torch.cuda.synchronize()
         marks = [time.perf_counter()]
-        edge_index = batch.edge_index.clone()
+        edge_index = batch.edge_index.clone() if new_graph else batch.edge_index
         marks.append(time.perf_counter())
         if ours:
             Graph.from_input(edge_index, batch.num_nodes)
@@ -109,7 +111,8 @@ def main() -> None:
     batches = generate_batches(size, device="cuda")
     if args.phases:
         print(f"host us a phase (median of {args.steps} steps), {args.size} batch, "
-              f"{args.precision}, a new graph every step")
+              f"{args.precision}, " + ("a new graph every step" if new_graph else
+                                       "the same graphs (cached)"))
         print(f"{'case':34} {'impl':5} " + " ".join(f"{name:>8}" for name in PHASES + ("total",)))
         for case in select(args.cases, MINIBATCH_CASES):
             for impl, make in (("ours", case.make_ours), ("pyg", case.make_pyg)):
@@ -117,7 +120,7 @@ def main() -> None:
                 model = TwoLayer(make, size.channels).cuda()
                 optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
                 times = phase_times(model, optimizer, batches, args.steps, args.precision,
-                                    impl == "ours")
+                                    impl == "ours", new_graph)
                 print(f"{case.name:34} {impl:5} " + " ".join(f"{times[name]:8.1f}"
                                                            for name in PHASES + ("total",)))
         return
