@@ -258,6 +258,9 @@ RUN_TITLES = {
     "results_h200_landed_attention_arxiv":
         "GATv2Conv (2, 64) and TransformerConv (4, 128) on arxiv-like, the landed tree (the "
         "baseline of a tried change to the fused projections), H200 (issues 8, 9)",
+    "results_h200_winners_kernel_min512":
+        "min aggregation D=512 on every suite graph and SAGEConv max mini-batch steps after the "
+        "float32 backward's winners kernel, H200 (issue 7)",
 }
 
 
