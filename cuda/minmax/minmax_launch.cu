@@ -402,7 +402,7 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
         PYGIO_TRY(rows(minmax_grad_rows_kernel<Traits, true>, deferred));
       }
     } else if constexpr (std::is_same_v<scalar_t, float>) {  // winners_first(p)
-      // float32: every plain winner in the winners kernel (40 registers,
+      // float32: every plain winner in the winners kernel (32-40 registers,
       // six blocks an SM), then the rows kernel over the rows it deferred
       // (elements that walk: rare in float32). H200, min backward
       // (scripts/kernel_bandwidth.py, ms, rows kernel alone / winners
