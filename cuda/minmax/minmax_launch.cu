@@ -120,8 +120,10 @@ BucketLayout bucket_layout(const pygio_minmax_backward_params& p) {
   return l;
 }
 // Whether the atomics' path adds the plain winners in the winners kernel
-// first (float32; see launch_backward).
-bool winners_first(const pygio_minmax_backward_params& p) { return p.dtype == PYGIO_FLOAT32; }
+// first (float32 with entries to add; see launch_backward).
+bool winners_first(const pygio_minmax_backward_params& p) {
+  return p.dtype == PYGIO_FLOAT32 && p.a.num_rows > 0 && p.a.nnz > 0;
+}
 // The atomics' path: acc (16-bit), the hub workspace, then (winners_first)
 // the rows the winners kernel defers: a counter and the rows.
 size_t atomics_deferred_offset(const pygio_minmax_backward_params& p) {
