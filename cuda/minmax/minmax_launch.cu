@@ -10,6 +10,7 @@
 #include "../common/device_guard.h"
 #include "../common/grid.h"
 #include "../common/vector_width.h"
+#include "../common/zero_fill.h"
 #include "minmax_kernel.cuh"
 
 namespace pygio {
@@ -357,14 +358,12 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
   constexpr bool kDirect = sizeof(scalar_t) == sizeof(acc_t);  // grad_x is its own accumulator
   acc_t* acc = kDirect ? static_cast<acc_t*>(p.grad_x) : static_cast<acc_t*>(p.workspace);
   const int64_t acc_stride = kDirect ? p.grad_x_row_stride : p.width;
-  // The bucket path's source kernel stores every row of acc; else it is
-  // zeroed (one plain memset where its rows are contiguous).
+  // The bucket path's source kernel stores every row of acc; else it is zeroed.
   const bool bucketed = buckets(p) && p.a.num_rows > 0 && p.a.nnz > 0;
-  if (!bucketed && acc_stride == p.width)
-    PYGIO_CHECK_CUDA(cudaMemsetAsync(acc, 0, p.a.num_cols * p.width * sizeof(acc_t), stream));
-  else if (!bucketed)
-    PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0,
-                                       p.width * sizeof(acc_t), p.a.num_cols, stream));
+  if (!bucketed) {
+    PYGIO_TRY(zero_rows(acc, p.a.num_cols, p.width * sizeof(acc_t), acc_stride * sizeof(acc_t),
+                        stream));
+  }
   GradHubs<acc_t> hubs{HubList{nullptr, nullptr, 0}, nullptr, kMinMaxHubChunk};
   const int64_t slots = backward_hub_slots(p);
   if (slots > 0) {

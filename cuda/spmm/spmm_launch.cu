@@ -7,6 +7,7 @@
 #include "../common/device_guard.h"
 #include "../common/grid.h"
 #include "../common/vector_width.h"
+#include "../common/zero_fill.h"
 #include "spmm_kernel.cuh"
 
 namespace pygio {
@@ -180,8 +181,7 @@ int launch_transposed(const pygio_spmm_csr_params& p, cudaStream_t stream) {
   const bool direct = sizeof(out_t) == sizeof(acc_t);  // Y is its own accumulator
   acc_t* acc = direct ? static_cast<acc_t*>(p.y) : static_cast<acc_t*>(p.workspace);
   const int64_t acc_stride = direct ? p.y_row_stride : p.width;
-  PYGIO_CHECK_CUDA(cudaMemset2DAsync(acc, acc_stride * sizeof(acc_t), 0,
-                                     p.width * sizeof(acc_t), num_out, stream));
+  PYGIO_TRY(zero_rows(acc, num_out, p.width * sizeof(acc_t), acc_stride * sizeof(acc_t), stream));
   if (p.a.nnz > 0) {
     const WarpLayout layout = warp_layout(p.width / Traits::kVec, Traits::kPieces);
     unsigned grid = 0;
