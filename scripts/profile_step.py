@@ -12,6 +12,10 @@ With --copies N it also lists, for ours, the N most frequent copy and cast
 ops of a step (autocast's casts, .to, .contiguous, cat, copy_), each with
 the Python line or the backward node that issued it.
 
+With --host-ops N it lists, per step, the N ops and autograd nodes
+(torch.profiler, CPU activity) of largest total host time, each with its
+self host time and count (main thread and autograd thread together).
+
 With --phases it only times each phase of the step on the host (the
 edge_index clone, our Graph build, each layer's forward, ReLU, the loss,
 backward, the optimizer step, zero_grad; time.perf_counter around each, no
@@ -102,6 +106,8 @@ def main() -> None:
                         help="list this many copy / cast ops per step (ours) by the line issuing them")
     parser.add_argument("--profile-pyg", action="store_true",
                         help="also list PyG's layers' profile (by default only ours)")
+    parser.add_argument("--host-ops", type=int, default=0,
+                        help="list this many ops / autograd nodes per step by host time")
     parser.add_argument("--phases", action="store_true",
                         help="only time each phase of a step on the host (no profiler)")
     args = parser.parse_args()
@@ -162,6 +168,8 @@ def main() -> None:
             for e in ops[:args.kernels]:
                 print(f"  {e.count / len(batches):5.1f}/step "
                       f"{e.self_device_time_total / e.count:7.1f} us  {e.key[:100]}")
+        if args.host_ops:
+            list_host_ops(model, optimizer, batches, args.precision, new_graph, args.host_ops)
         if impl != "ours" and not args.profile_pyg:
             continue
         if args.copies:
@@ -177,6 +185,20 @@ def main() -> None:
             stats.print_stats(args.rows)
             print(f"--- by {key} (all {args.steps} steps)")
             print("\n".join(line for line in text.getvalue().splitlines()[6:] if line))
+
+
+def list_host_ops(model, optimizer, batches, precision, new_graph, rows) -> None:
+    """The ``rows`` ops and autograd nodes of largest total host time over
+    ``len(batches)`` steps, per step: total and self us, count."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run_steps(model, optimizer, batches, len(batches), precision, new_graph)
+        torch.cuda.synchronize()
+    steps = len(batches)
+    events = sorted(prof.key_averages(), key=lambda e: -e.cpu_time_total)
+    print(f"--- host us per step: total, self, count (first {rows})")
+    for e in events[:rows]:
+        print(f"  {e.cpu_time_total / steps:8.1f} {e.self_cpu_time_total / steps:8.1f} "
+              f"{e.count / steps:5.1f}  {e.key[:90]}")
 
 
 COPY_OPS = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default,
