@@ -405,11 +405,8 @@ def test_minmax_workspace_sizes():
     assert "bytes must not be NULL" in lib.pygio_last_error().decode()
     # backward: the fp32 accumulator of 16-bit grad_x, every element's share
     # when deterministic (with its long sources' list and chunk sums), match
-    # counts per hub element (fp64 included), the rows the fp32 winners
-    # kernel defers (a counter and 8 bytes a row, where it runs)
-    assert _minmax_workspace(True) == (0, 16 + 16)
-    assert _minmax_workspace(True, a=dict(nnz=0)) == (0, 0)
-    assert _minmax_workspace(True, dtype=1) == (0, 0)
+    # counts per hub element (fp64 included)
+    assert _minmax_workspace(True) == (0, 0)
     status, half = _minmax_workspace(True, dtype=2)
     assert status == 0 and half >= 3 * 4 * 4
     status, deterministic = _minmax_workspace(True, deterministic=1)
@@ -444,7 +441,6 @@ def test_own_minmax_backward_checks_its_parameters():
 
         (dict(grad_x=None), "grad_x must not be NULL"),
         (dict(grad_x_row_stride=3), "grad_x row stride 3"),
-        (dict(), "needs a workspace"),                 # fp32: the deferred rows
         (dict(dtype=2), "needs a workspace"),          # fp16: fp32 accumulator
         (dict(dtype=3), "needs a workspace"),          # bf16
         (dict(deterministic=1), "needs a workspace"),  # every element's share
@@ -467,8 +463,6 @@ def test_own_minmax_backward_checks_its_parameters():
         (dict(x_row_stride=3), "x row stride 3"),
     ]
     for fields, expected in cases:
-        if "workspace" not in fields and expected != "needs a workspace":
-            fields = dict(fields, workspace=16)
         status, message = _call("pygio_minmax_backward", _minmax_params(True, fields))
         assert status == PYGIO_ERR_INVALID_ARGUMENT and expected in message, (fields, message)
         assert message.startswith("pygio_minmax_backward:"), message

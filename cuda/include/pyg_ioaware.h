@@ -314,11 +314,8 @@ PYGIO_API int pygio_minmax(const pygio_minmax_params* params);
  * and arg), by arg's rule. By default a warp per row scatters grad_out
  * through arg with atomics and walks the row for the elements arg marks;
  * rows above the hub degree (hub_degree, max_hubs as in the forward) walk
- * in chunks over all SMs (float32: a first kernel scatters every plain
- * winner and defers the rows with elements that walk to the warp-per-row
- * kernel; workspace: 16 bytes and 8 a row). grad_x (num_cols rows) is
- * fully overwritten. An arg code beyond its row's entries is ignored (arg
- * must be the forward's).
+ * in chunks over all SMs. grad_x (num_cols rows) is fully overwritten. An
+ * arg code beyond its row's entries is ignored (arg must be the forward's).
  *
  * Gathered (deterministic = 1; a_t: rows = sources, col = destinations,
  * the transpose of a): a warp per source sums what each of its CSR^T

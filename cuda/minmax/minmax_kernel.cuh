@@ -27,9 +27,6 @@
 //    match_staged_walks, add_staged_shares), else count the row's matches
 //    with vector loads, keeping the first two, then add each its share
 //    (add_walk_shares); a hub row with such elements is registered;
-//  - float32 (ties rare): minmax_grad_winners_kernel first, every plain
-//    winner as above without the walks' registers, the rows with elements
-//    that walk deferred to minmax_grad_rows_kernel, which adds only those;
 //  - minmax_grad_hub_count_kernel / minmax_grad_hub_share_kernel: the same
 //    walks (counting, then sharing) over hub chunks spread over all SMs,
 //    matches merged with atomicAdd in between;
@@ -720,62 +717,24 @@ __device__ __forceinline__ void write_buckets(const pygio_minmax_backward_params
 template <typename scalar_t>
 constexpr size_t kStagedSlotBytes = sizeof(scalar_t) + sizeof(uint16_t);
 
-// The rows a first kernel leaves to the rows kernel (kDeferred), which runs
-// after it: from the bucket rows kernel (after the source kernels have
-// written acc), rows of more than PYGIO_MINMAX_BUCKET_MAX_DEGREE entries
-// (every element) and bucketed rows with elements that walk (those
-// elements); from the winners kernel, rows with elements that walk (those
-// elements). `winners_above`: the degree above which a deferred row's
-// plain winners are still to add.
+// The rows the bucket rows kernel leaves to the atomics' kernel, which runs
+// after the source kernels have written acc: rows of more than
+// PYGIO_MINMAX_BUCKET_MAX_DEGREE entries (every element) and bucketed rows
+// with elements that walk (those elements).
 struct DeferredRows {
   unsigned long long* count;  // zeroed
   int64_t* rows;              // [num_rows]
-  int64_t winners_above;
 };
 
 __device__ __forceinline__ void defer_row(const DeferredRows& deferred, int64_t row, int lane) {
   if (lane == 0) deferred.rows[atomicAdd(deferred.count, 1ull)] = row;
 }
 
-// acc (row stride acc_stride, zeroed) += the gradient of every plain
-// winner of every row (add_winner_gradients, a warp per row); the rows with
-// an element that walks are deferred to the rows kernel, which adds those
-// elements' shares. Without the walks' registers and shared memory, twice
-// the rows kernel's warps fit an SM to keep the rows' dependent loads
-// (rowptr, then the codes and gradients, then col) in flight.
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock, 6)
-    minmax_grad_winners_kernel(const __grid_constant__ pygio_minmax_backward_params p,
-                               WarpLayout layout, const DeferredRows deferred,
-                               typename Traits::acc_t* __restrict__ acc, int64_t acc_stride) {
-  using index_t = typename Traits::index_t;
-  const auto* __restrict__ rowptr = static_cast<const index_t*>(p.a.rowptr);
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * Traits::kWarpsPerBlock;
-  const int64_t pieces = p.width / Traits::kVec;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * Traits::kWarpsPerBlock +
-                     threadIdx.x / kWarpSize;
-       row < p.a.num_rows; row += warps) {
-    const int64_t begin = rowptr[row], end = rowptr[row + 1];
-    bool walks = false;
-    for (int64_t base = 0; base < pieces; base += layout.lanes()) {
-      const int64_t piece = layout.piece(lane, base, 0);
-      GradPiece<Traits> g;
-      g.load(p, row, piece, piece < pieces);
-      walks = walks || g.any_walk;
-      g.resolve_winners(p, begin, end);
-      add_winner_gradients<Traits>(p, layout, lane, base, g, acc, acc_stride);
-    }
-    if (__any_sync(0xffffffffu, walks)) defer_row(deferred, row, lane);
-  }
-}
-
 // acc (row stride acc_stride; zeroed, or with kDeferred stored by the
-// bucket path's source kernels or added to by the winners kernel) += the
-// gradient of every output element of the rows taken (every row; with
-// kDeferred, the deferred rows): a warp per row; plain elements with one
-// atomicAdd each (add_winner_gradients; not those of a deferred row of at
-// most deferred.winners_above entries, which the first kernel took), the elements
+// bucket path's source kernels) += the gradient of every output element of
+// the rows taken (every row; with kDeferred, the deferred rows): a warp per
+// row; plain elements with one atomicAdd each (add_winner_gradients; not
+// those of a deferred bucketed row, which are in its groups), the elements
 // that walk staged and walked together where a pass holds few
 // (stage_walks), else through add_walk_shares. Hub rows with walking
 // elements are registered for the chunk kernels instead of walked here.
@@ -813,7 +772,7 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock, 3)
       hub = __any_sync(0xffffffffu, any) &&
             register_hub(hubs.list, row, end - begin, hubs.chunk, lane);
     }
-    const bool winners = !kDeferred || end - begin > deferred.winners_above;
+    const bool winners = !kDeferred || end - begin > PYGIO_MINMAX_BUCKET_MAX_DEGREE;
     for (int64_t base = 0; base < pieces; base += layout.lanes()) {
       const int64_t piece = layout.piece(lane, base, 0);
       const bool active = piece < pieces;

@@ -1,8 +1,6 @@
 // Entry points of the neighbour min / max kernels: checks, workspace
 // layout, vector width and lane layout, dtype / index / reduce dispatch.
 #include <algorithm>
-#include <cstdint>
-#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -120,21 +118,10 @@ BucketLayout bucket_layout(const pygio_minmax_backward_params& p) {
   l.end = l.deferred_rows + round_up(p.a.num_rows * sizeof(int64_t));
   return l;
 }
-// Whether the atomics' path adds the plain winners in the winners kernel
-// first (float32 with entries to add; see launch_backward).
-bool winners_first(const pygio_minmax_backward_params& p) {
-  return p.dtype == PYGIO_FLOAT32 && p.a.num_rows > 0 && p.a.nnz > 0;
-}
-// The atomics' path: acc (16-bit), the hub workspace, then (winners_first)
-// the rows the winners kernel defers: a counter and the rows.
-size_t atomics_deferred_offset(const pygio_minmax_backward_params& p) {
-  return backward_accumulator_bytes(p) + backward_hubs_bytes(p);
-}
 size_t backward_workspace_bytes(const pygio_minmax_backward_params& p) {
   if (gathered(p)) return gather_layout(p).end;
   if (buckets(p)) return bucket_layout(p).end;
-  if (!winners_first(p)) return atomics_deferred_offset(p);
-  return atomics_deferred_offset(p) + kAlign + round_up(p.a.num_rows * sizeof(int64_t));
+  return backward_accumulator_bytes(p) + backward_hubs_bytes(p);
 }
 
 // Lanes spanning a row of `pieces` vectors: enough for them, at most a warp.
@@ -271,8 +258,7 @@ int launch_bucket_sums(const pygio_minmax_backward_params& p, WarpLayout layout,
   auto* counters = reinterpret_cast<unsigned long long*>(base + l.counters);
   const HubList source_hubs{counters, reinterpret_cast<HubEntry*>(base + l.source_hubs),
                             source_hub_slots(p)};
-  *deferred = DeferredRows{counters + 1, reinterpret_cast<int64_t*>(base + l.deferred_rows),
-                           PYGIO_MINMAX_BUCKET_MAX_DEGREE};
+  *deferred = DeferredRows{counters + 1, reinterpret_cast<int64_t*>(base + l.deferred_rows)};
   PYGIO_CHECK_CUDA(cudaMemsetAsync(base + l.groups, 0, l.features - l.groups, stream));
   PYGIO_CHECK_CUDA(cudaMemsetAsync(counters, 0, kAlign, stream));
   unsigned grid = 0;
@@ -402,28 +388,6 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
         PYGIO_TRY(launch_bucket_sums<Traits>(p, layout, acc, acc_stride, &deferred, stream));
         PYGIO_TRY(rows(minmax_grad_rows_kernel<Traits, true>, deferred));
       }
-    } else if constexpr (std::is_same_v<scalar_t, float>) {  // winners_first(p)
-      // float32: every plain winner in the winners kernel (32-40 registers,
-      // six blocks an SM), then the rows kernel over the rows it deferred
-      // (elements that walk: rare in float32). H200, min backward
-      // (scripts/kernel_bandwidth.py, ms, rows kernel alone / winners
-      // first): web-like D=512 7.52 / 6.18, D=64 1.65 / 1.04; roads-like
-      // D=64 0.107 / 0.083-0.092, arxiv-like 0.114-0.117 / 0.092; D=512
-      // roads-, arxiv- and tolokers-like within 2% (their atomics bound
-      // them). 16-bit values tie often, and the second pass over the rows
-      // with walks lost more than the occupancy gained (bf16 D=512
-      // roads-like 0.72 -> 0.88, arxiv-like 0.94 -> 1.06).
-      auto* base = static_cast<char*>(p.workspace) + atomics_deferred_offset(p);
-      const DeferredRows deferred{reinterpret_cast<unsigned long long*>(base),
-                                  reinterpret_cast<int64_t*>(base + kAlign),
-                                  std::numeric_limits<int64_t>::max()};
-      PYGIO_CHECK_CUDA(cudaMemsetAsync(base, 0, kAlign, stream));
-      PYGIO_TRY(resident_grid(minmax_grad_winners_kernel<Traits>, p.a.num_rows,
-                              Traits::kWarpsPerBlock, Traits::kThreadsPerBlock, p.device, &grid));
-      minmax_grad_winners_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(
-          p, layout, deferred, acc, acc_stride);
-      PYGIO_CHECK_CUDA(cudaGetLastError());
-      PYGIO_TRY(rows(minmax_grad_rows_kernel<Traits, true>, deferred));
     } else {
       PYGIO_TRY(rows(minmax_grad_rows_kernel<Traits, false>, DeferredRows{}));
     }

@@ -1051,57 +1051,6 @@ def test_cuda_sanitizer_few_walking_elements(reduce, dtype):
         assert_grad_close(xx.grad, ref_grad, bound, dtype)
 
 
-def winners_cases(dtype):
-    """(graph, edge_index, [(x, grad)]) for the winners kernel's tests: a
-    random graph, values all distinct (ties only where 16-bit rounding makes
-    them), a third of the sources holding small integers (some rows walk),
-    and every value tied (every row walks)."""
-    seed = seed_of("minmax-winners-first", dtype)
-    edge_index = random_graph(900, 400, 6000, seed=seed)
-    graph = Graph.from_edge_index(edge_index.cuda(), (900, 400))
-    gen = torch.Generator().manual_seed(seed)
-    tied = torch.randint(-2, 3, (900, 130), generator=gen, dtype=torch.float64)
-    distinct = torch.randperm(900 * 130, generator=gen).view(900, 130).double() / 64
-    features = (distinct, torch.where(torch.arange(900)[:, None] < 300, tied, distinct),
-                torch.ones(900, 130, dtype=torch.float64))
-    return graph, edge_index, [(x.to(dtype), grad_values(400, 130, dtype, gen))
-                               for x in features]
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_cuda_sanitizer_winners_kernel_first(dtype):
-    """The atomics' backward (for float32 the winners kernel, then the rows
-    kernel over the rows it deferred) against PyG in float64 on
-    winners_cases' features: no row, some rows and every row walking."""
-    check_native("cuda")
-    graph, edge_index, cases = winners_cases(dtype)
-    for x, grad in cases:
-        _, ref_grad, bound = pyg_reference(edge_index, x.double(), 400, "max", grad.double())
-        x_dev, grad_dev = x.cuda(), grad.cuda()
-        out, arg = forward_op(graph.rowptr, graph.col, x_dev, "max")
-        got = backward_op(graph.rowptr, graph.col, None, None, x_dev, out, arg, grad_dev, "max")
-        assert_grad_close(got, ref_grad, bound, dtype)
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_cuda_winners_kernel_first_for_float32_only(dtype):
-    """The atomics' backward of float32 adds every plain winner in the
-    winners kernel, then runs the rows kernel over the rows it deferred;
-    the other dtypes run the rows kernel alone (torch.profiler: not under
-    compute-sanitizer, which the test above runs under)."""
-    check_native("cuda")
-    graph, _, cases = winners_cases(dtype)
-    x, grad = (t.cuda() for t in cases[1])
-    out, arg = forward_op(graph.rowptr, graph.col, x, "max")
-    names, _ = cuda_kernel_names(
-        lambda: backward_op(graph.rowptr, graph.col, None, None, x, out, arg, grad, "max"))
-    winners = sum("minmax_grad_winners_kernel" in name for name in names)
-    assert winners == (1 if dtype == torch.float32 else 0), names
-    assert sum("minmax_grad_rows_kernel" in name for name in names) == 1, names
-
-
 # ------------------------------------------------------ bucketed backward
 def long_sources_graph(num_src, num_dst, num_edges, dst_hubs, seed, gen):
     """A random graph with hub destinations ``dst_hubs`` and sources 1-4 of
