@@ -9,6 +9,8 @@ changes on the large suite graphs in little device time.
         --graphs arxiv-like,pokec-like --shapes gatv2:2x64,transformer:4x128,min:512
 
 With --breakdown each timed call's CUDA kernels are listed too (ms a call).
+Shapes min-relu:D and max-relu:D time min / max on ReLU features, where
+ties at 0 walk (the input of a hidden layer; the suite's are normal).
 """
 import argparse
 
@@ -36,6 +38,9 @@ FAMILIES = {
     "transformer": lambda dims: _transformer_kernels(*heads_channels(dims)),
     "min": lambda dims: _minmax_kernels("min", int(dims)),
     "max": lambda dims: _minmax_kernels("max", int(dims)),
+    # ReLU features: ties at 0 (min: most elements; max: where no neighbour is positive)
+    "min-relu": lambda dims: _minmax_kernels("min", int(dims), relu=True),
+    "max-relu": lambda dims: _minmax_kernels("max", int(dims), relu=True),
 }
 # kernel name without its family -> the kind --kernels selects by
 KINDS = {"attention weights": "weights", "fwd + arg": "fwd+arg",
@@ -69,7 +74,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", default="arxiv-like,pokec-like")
     parser.add_argument("--shapes", default="gatv2:2x64,transformer:4x128",
-                        help="family:SHAPE, comma separated (gatv2:2x64, min:512)")
+                        help="family:SHAPE, comma separated (gatv2:2x64, min:512; "
+                             "min-relu:512 and max-relu:512 on ReLU features)")
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--kernels", default="fwd,fwd+arg,bwd,buckets",
                         help="which of fwd, fwd+arg, weights, bwd, deterministic, buckets to time")

@@ -140,11 +140,14 @@ def _aggr_pyg(reduce: str) -> Callable[[Workload, Impl], Impl]:
     return make
 
 
-def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Kernel]]:
+def _minmax_kernels(reduce: str, channels: int,
+                    relu: bool = False) -> Callable[[Workload], List[Kernel]]:
     """The min / max kernels alone on the cached Graph: the forward without
     and with arg, the backward from one forward's out and arg (and on CUDA
     the deterministic backward over the CSR^T, by position, and the bucketed
-    one where its kernels take the features: ops.minmax.bucket_kernels_take)."""
+    one where its kernels take the features: ops.minmax.bucket_kernels_take).
+    Features are standard normal, or with ``relu`` their ReLU (a hidden
+    layer's: half the entries 0, so ties at 0 are common and walk)."""
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph
         from pyg_ioaware.ops.minmax import (DEFAULT_HUB_QUANTILE, _minmax_backward_kernel,
@@ -157,6 +160,8 @@ def _minmax_kernels(reduce: str, channels: int) -> Callable[[Workload], List[Ker
         n_src, n_out, nnz = graph.num_src, graph.num_dst, graph.num_edges
         q = DEFAULT_HUB_QUANTILE
         x = torch.randn(n_src, channels, device=work.device, dtype=dtype)
+        if relu:
+            x = x.relu()
         g = torch.randn(n_out, channels, device=work.device, dtype=dtype)
         # The codes training keeps once the graph's longest row is known.
         arg_bytes = narrowest_arg_bytes(int(graph.in_degree.max()) if nnz > 0 else 0)
