@@ -350,15 +350,17 @@ struct GradPiece {
   }
 };
 
-// Calls visit(source, i) for every entry e in [begin, end) (interleaved
-// over the warp's sub-groups) and feature i of this lane's piece that
-// walks and whose x[col[e], f] takes a share: equal to the result, or any
-// value where the result is NaN. Every lane of the warp calls it alike.
+// Calls visit(source, mask) for every entry e in [begin, end) (interleaved
+// over the warp's sub-groups) where some feature of this lane's piece
+// walks and x[col[e], f] takes a share: bit i of mask for feature i, set
+// where the value equals the result, or for any value where the result is
+// NaN. Every lane of the warp calls it alike.
 template <typename Traits, typename Visit>
-__device__ __forceinline__ void for_each_match(const pygio_minmax_backward_params& p,
-                                               WarpLayout layout, int lane, int64_t piece,
-                                               int64_t begin, int64_t end,
-                                               const GradPiece<Traits>& g, Visit visit) {
+__device__ __forceinline__ void for_each_matching_entry(const pygio_minmax_backward_params& p,
+                                                        WarpLayout layout, int lane,
+                                                        int64_t piece, int64_t begin,
+                                                        int64_t end, const GradPiece<Traits>& g,
+                                                        Visit visit) {
   using scalar_t = typename Traits::scalar_t;
   using index_t = typename Traits::index_t;
   constexpr int V = Traits::kVec, U = Traits::kWalkUnroll;
@@ -377,15 +379,64 @@ __device__ __forceinline__ void for_each_match(const pygio_minmax_backward_param
     for (int u = 0; u < U; ++u)
       if (src[u] >= 0) packs[u] = load_pack<V>(x + src[u] * p.x_row_stride + piece * V);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (src[u] >= 0)
+    for (int u = 0; u < U; ++u) {
+      if (src[u] < 0) continue;
+      unsigned mask = 0;
 #pragma unroll
-        for (int i = 0; i < V; ++i) {
-          const auto v = DTypeTraits<scalar_t>::load(packs[u].v[i]);
-          if (g.walk[i] && (g.result[i] != g.result[i] || same_value(v, g.result[i])))
-            visit(src[u], i);
-        }
+      for (int i = 0; i < V; ++i) {
+        const auto v = DTypeTraits<scalar_t>::load(packs[u].v[i]);
+        if (g.walk[i] && (g.result[i] != g.result[i] || same_value(v, g.result[i])))
+          mask |= 1u << i;
+      }
+      if (mask != 0) visit(src[u], mask);
+    }
   }
+}
+
+// Calls visit(source, i) for every matching (entry, feature) of
+// for_each_matching_entry.
+template <typename Traits, typename Visit>
+__device__ __forceinline__ void for_each_match(const pygio_minmax_backward_params& p,
+                                               WarpLayout layout, int lane, int64_t piece,
+                                               int64_t begin, int64_t end,
+                                               const GradPiece<Traits>& g, Visit visit) {
+  for_each_matching_entry<Traits>(p, layout, lane, piece, begin, end, g,
+                                  [&](int64_t source, unsigned mask) {
+#pragma unroll
+                                    for (int i = 0; i < Traits::kVec; ++i)
+                                      if (mask >> i & 1u) visit(source, i);
+                                  });
+}
+
+// acc[source, piece * V + i] += shares[i] for every matching (entry,
+// feature) of for_each_matching_entry: one vector atomic an entry where
+// float accumulators have them (atomic_add_pack), -0.0 (the additive
+// identity, -0.0 + -0.0 included) in the features that do not match; else
+// one atomic a match. A walk over a row whose sources tie in many features
+// (a min over ReLU features: 0, most of them) then makes one atomic per
+// entry, not one per tied feature.
+template <typename Traits>
+__device__ __forceinline__ void add_shares_to_matches(
+    const pygio_minmax_backward_params& p, WarpLayout layout, int lane, int64_t piece,
+    int64_t begin, int64_t end, const GradPiece<Traits>& g,
+    const typename Traits::acc_t (&shares)[Traits::kVec], typename Traits::acc_t* __restrict__ acc,
+    int64_t acc_stride) {
+  using acc_t = typename Traits::acc_t;
+  constexpr int V = Traits::kVec;
+  acc_t* __restrict__ at = acc + piece * V;
+  for_each_matching_entry<Traits>(p, layout, lane, piece, begin, end, g,
+                                  [&](int64_t source, unsigned mask) {
+    if constexpr (vector_atomics<acc_t, V, 2>()) {
+      acc_t add[V];
+#pragma unroll
+      for (int i = 0; i < V; ++i) add[i] = mask >> i & 1u ? shares[i] : acc_t(-0.0);
+      atomic_add_pack<V>(at + source * acc_stride, add);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (mask >> i & 1u) atomicAdd(at + source * acc_stride + i, shares[i]);
+    }
+  });
 }
 
 // Matches per walking feature of this lane's piece over [begin, end),
@@ -444,9 +495,7 @@ __device__ __forceinline__ void add_walk_shares(const pygio_minmax_backward_para
     }
     return;
   }
-  for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
-    atomicAdd(acc + source * acc_stride + piece * V + i, shares[i]);
-  });
+  add_shares_to_matches<Traits>(p, layout, lane, piece, begin, end, g, shares, acc, acc_stride);
 }
 
 // A warp's walking elements of one pass, in shared memory (stage_walks,
@@ -1044,9 +1093,8 @@ __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
 #pragma unroll
       for (int i = 0; i < V; ++i)
         shares[i] = g.walk[i] ? g.share(i, hub_matches[piece * V + i]) : acc_t(0);
-      for_each_match<Traits>(p, layout, lane, piece, begin, end, g, [&](int64_t source, int i) {
-        atomicAdd(acc + source * acc_stride + piece * V + i, shares[i]);
-      });
+      add_shares_to_matches<Traits>(p, layout, lane, piece, begin, end, g, shares, acc,
+                                    acc_stride);
     }
   }
 }
