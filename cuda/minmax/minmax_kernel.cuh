@@ -414,7 +414,12 @@ __device__ __forceinline__ void for_each_match(const pygio_minmax_backward_param
 // identity, -0.0 + -0.0 included) in the features that do not match; else
 // one atomic a match. A walk over a row whose sources tie in many features
 // (a min over ReLU features: 0, most of them) then makes one atomic per
-// entry, not one per tied feature.
+// entry, not one per tied feature (H200, fp32 min over ReLU features,
+// D=512: tolokers-like 2.34 -> 1.35 ms, arxiv-like 4.7-4.9 -> 3.5;
+// roads-like, whose rows are short, D=64 0.236 -> 0.251). Float atomics
+// flush subnormal results to zero (PTX red.add.f32), so a subnormal
+// gradient in a feature the pack does not match, where one was stored
+// (the bucket path), becomes 0 as the matched ones always could.
 template <typename Traits>
 __device__ __forceinline__ void add_shares_to_matches(
     const pygio_minmax_backward_params& p, WarpLayout layout, int lane, int64_t piece,
