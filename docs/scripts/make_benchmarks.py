@@ -261,6 +261,12 @@ RUN_TITLES = {
     "results_h200_winners_kernel_min512":
         "min aggregation D=512 on every suite graph and SAGEConv max mini-batch steps after the "
         "float32 backward's winners kernel, H200 (issue 7)",
+    "results_h200_rows_kernel_again_run1":
+        "min aggregation D=512 and the mini-batch steps of GCNConv and SAGEConv after the "
+        "winners kernel was dropped, run 1, H200 (issues 5, 7)",
+    "results_h200_rows_kernel_again_run2":
+        "min aggregation D=512 and the mini-batch steps of GCNConv and SAGEConv after the "
+        "winners kernel was dropped, run 2, H200 (issues 5, 7)",
 }
 
 
