@@ -110,4 +110,24 @@ __device__ __forceinline__ void atomic_add_pack(acc_t* p, const acc_t (&v)[N]) {
   }
 }
 
+// p[i] += v[i] for the i < N whose bit is set in `mask`: where vector
+// atomics apply (as in atomic_add_pack), one pack with -0.0, the additive
+// identity, in the other elements (a float atomic flushes a subnormal
+// result to zero, PTX red.add.f32, so an unmasked element holding a
+// subnormal may become 0); else one atomic per set bit.
+template <int N, typename acc_t>
+__device__ __forceinline__ void atomic_add_pack_masked(acc_t* p, const acc_t (&v)[N],
+                                                       unsigned mask) {
+  if constexpr (vector_atomics<acc_t, N, 2>()) {
+    acc_t add[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) add[i] = mask >> i & 1u ? v[i] : acc_t(-0.0);
+    atomic_add_pack<N>(p, add);
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (mask >> i & 1u) atomicAdd(p + i, v[i]);
+  }
+}
+
 }  // namespace pygio

@@ -409,39 +409,27 @@ __device__ __forceinline__ void for_each_match(const pygio_minmax_backward_param
 }
 
 // acc[source, piece * V + i] += shares[i] for every matching (entry,
-// feature) of for_each_matching_entry: one vector atomic an entry where
-// float accumulators have them (atomic_add_pack), -0.0 (the additive
-// identity, -0.0 + -0.0 included) in the features that do not match; else
-// one atomic a match. A walk over a row whose sources tie in many features
-// (a min over ReLU features: 0, most of them) then makes one atomic per
-// entry, not one per tied feature (H200, fp32 min over ReLU features,
-// D=512: tolokers-like 2.34 -> 1.35 ms, arxiv-like 4.7-4.9 -> 3.5;
-// roads-like, whose rows are short, D=64 0.236 -> 0.251). Float atomics
-// flush subnormal results to zero (PTX red.add.f32), so a subnormal
-// gradient in a feature the pack does not match, where one was stored
-// (the bucket path), becomes 0 as the matched ones always could.
+// feature) of for_each_matching_entry, one masked pack an entry
+// (atomic_add_pack_masked: one vector atomic where float accumulators have
+// them, -0.0 in the features that do not match). A walk over a row whose
+// sources tie in many features (a min over ReLU features: 0, most of them)
+// then makes one atomic per entry, not one per tied feature (H200, fp32 min
+// over ReLU features, D=512: tolokers-like 2.34 -> 1.35 ms, arxiv-like
+// 4.7-4.9 -> 3.5; roads-like, whose rows are short, D=64 0.236 -> 0.251).
+// The subnormal caveat of atomic_add_pack_masked applies where a gradient
+// was stored before (the bucket path).
 template <typename Traits>
 __device__ __forceinline__ void add_shares_to_matches(
     const pygio_minmax_backward_params& p, WarpLayout layout, int lane, int64_t piece,
     int64_t begin, int64_t end, const GradPiece<Traits>& g,
     const typename Traits::acc_t (&shares)[Traits::kVec], typename Traits::acc_t* __restrict__ acc,
     int64_t acc_stride) {
-  using acc_t = typename Traits::acc_t;
-  constexpr int V = Traits::kVec;
-  acc_t* __restrict__ at = acc + piece * V;
+  typename Traits::acc_t* __restrict__ at = acc + piece * Traits::kVec;
   for_each_matching_entry<Traits>(p, layout, lane, piece, begin, end, g,
                                   [&](int64_t source, unsigned mask) {
-    if constexpr (vector_atomics<acc_t, V, 2>()) {
-      acc_t add[V];
-#pragma unroll
-      for (int i = 0; i < V; ++i) add[i] = mask >> i & 1u ? shares[i] : acc_t(-0.0);
-      atomic_add_pack<V>(at + source * acc_stride, add);
-    } else {
-#pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (mask >> i & 1u) atomicAdd(at + source * acc_stride + i, shares[i]);
-    }
-  });
+                                    atomic_add_pack_masked<Traits::kVec>(
+                                        at + source * acc_stride, shares, mask);
+                                  });
 }
 
 // Matches per walking feature of this lane's piece over [begin, end),

@@ -576,12 +576,18 @@ extern "C" int pygio_minmax_backward(const pygio_minmax_backward_params* params)
   const auto stream = static_cast<cudaStream_t>(p.stream);
   PYGIO_TRY(PYGIO_DISPATCH_DTYPE(p.dtype, [&] {
     // At most 4 features a lane: the walks keep code, gradient and result
-    // per feature, and 8 of each spilled (16-bit rows). grad_x counts too:
-    // float32 walks add a lane's piece to it with one vector atomic.
-    const int vec = std::min(4, widest_vector(sizeof(scalar_t), p.width,
-                                              {p.grad_out_row_stride, p.out_row_stride,
-                                               p.x_row_stride, p.grad_x_row_stride},
-                                              {p.grad_out, p.out, p.x, p.grad_x}));
+    // per feature, and 8 of each spilled (16-bit rows). grad_x counts where
+    // it is its own accumulator (float32, float64: launch_backward's
+    // kDirect): float32 walks add a lane's piece to it with one vector
+    // atomic. 16-bit gradients reach it through the cast kernel, which
+    // picks its own width.
+    int vec = std::min(4, widest_vector(sizeof(scalar_t), p.width,
+                                        {p.grad_out_row_stride, p.out_row_stride,
+                                         p.x_row_stride},
+                                        {p.grad_out, p.out, p.x}));
+    if (sizeof(scalar_t) >= 4)
+      vec = std::min(vec, widest_vector(sizeof(scalar_t), p.width, {p.grad_x_row_stride},
+                                        {p.grad_x}));
     return dispatch<scalar_t>(p, vec, [&](auto traits) {
       return launch_backward<decltype(traits)>(p, stream);
     });
