@@ -1,6 +1,7 @@
 """The benchmark CLI on CPU: graph and mini-batch generators, the
 measurement, the bar checks, tiny runs of the CLI."""
 import argparse
+import dataclasses
 import json
 
 import pytest
@@ -345,16 +346,38 @@ def _has_nn(*names):
 
 def test_reduction_cases_are_registered():
     layer = cases.select("reduction")
-    assert [c.key for c in layer] == ["min64", "min512", "max64", "max512", "sage-min512"]
+    assert [c.key for c in layer] == ["min64", "min512", "max64", "max512", "min512-relu",
+                                      "max512-relu", "sage-min512"]
     for case in layer[:4]:
         assert list(case.baselines) == ["pyg"] and case.family == "reduction"
         assert case.bf16_over_fp32 == cases.BF16_OVER_FP32 and case.make_kernels is not None
+    for case in layer[4:6]:
+        assert list(case.baselines) == ["pyg"] and case.features == "relu"
+        assert case.make_kernels is not None and case.bf16_over_fp32 is None
+    assert all(case.features == "normal" for case in layer[:4] + layer[6:])
     assert cases.CASES["min512"].bar == cases.Bar(fwd=5.0, bwd=40.0, mem=20.0)
-    assert all(cases.CASES[k].bar is None for k in ("min64", "max64", "max512", "sage-min512"))
+    assert all(cases.CASES[k].bar is None
+               for k in ("min64", "max64", "max512", "min512-relu", "max512-relu",
+                         "sage-min512"))
     assert list(cases.CASES["sage-min512"].baselines) == ["pyg-sage"]
     mini = cases.select("reduction", cases.MINIBATCH_CASES)
     assert [(c.key, c.name) for c in mini] == [("sage-mean", "SAGEConv mean"),
                                                ("sage-max", "SAGEConv max")]
+
+
+def test_input_features_follow_the_case():
+    normal, relu = cases.CASES["min512"], cases.CASES["min512-relu"]
+    torch.manual_seed(0)
+    x = cases.input_features(normal, 1000, torch.device("cpu"), torch.float32)
+    assert x.shape == (1000, 512) and x.is_leaf and x.requires_grad
+    assert bool((x < 0).any())
+    torch.manual_seed(0)
+    r = cases.input_features(relu, 1000, torch.device("cpu"), torch.bfloat16)
+    assert r.dtype == torch.bfloat16 and r.is_leaf and r.requires_grad
+    assert bool((r >= 0).all()) and 0.4 < float((r == 0).float().mean()) < 0.6
+    odd = dataclasses.replace(normal, features="uniform")
+    with pytest.raises(ValueError, match="features must be one of"):
+        cases.input_features(odd, 10, torch.device("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("reduce", ["min", "max"])
@@ -414,7 +437,8 @@ def test_cli_runs_the_reduction_cases(tmp_path, capsys):
     n, nnz = graph["num_nodes"], graph["num_edges"]
 
     rows = data["results"]
-    names = [f"{r} aggregation D={d}" for r in ("min", "max") for d in (64, 512)]
+    plain = [f"{r} aggregation D={d}" for r in ("min", "max") for d in (64, 512)]
+    names = plain + [f"{r} aggregation D=512, ReLU features" for r in ("min", "max")]
     expected = [(name, p, impl) for name in names for p in ("fp32", "bf16")
                 for impl in ("ours", "pyg")]
     expected += [("SAGEConv min D=512", p, impl) for p in ("fp32", "bf16")
@@ -431,7 +455,8 @@ def test_cli_runs_the_reduction_cases(tmp_path, capsys):
                 for k in ("fwd", "fwd + arg", "bwd")]  # CPU: no deterministic CSR^T row
     assert [(k["case"], k["precision"], k["kernel"]) for k in kernels] == expected
     for k in kernels:
-        d, size = int(k["case"].split("=")[1]), 4 if k["precision"] == "fp32" else 2
+        d = int(k["case"].split("D=")[1].split(",")[0])
+        size = 4 if k["precision"] == "fp32" else 2
         arg = 1 if k["split"]["max_degree"] <= 254 else 2  # bytes of an arg code
         model = {"fwd": (nnz + n) * d * size, "fwd + arg": (nnz + n) * d * size + n * d * arg,
                  "bwd": n * d * (size + arg) + n * d * size}[k["kernel"][4:]]
@@ -445,9 +470,10 @@ def test_cli_runs_the_reduction_cases(tmp_path, capsys):
     where = "min aggregation D=512 fp32 vs pyg"
     assert [bars[f"{where}: {label}"]["bar"] for label in (
         "forward speedup", "backward speedup", "memory ratio")] == [5.0, 40.0, 20.0]
-    for name in names:
+    for name in plain:
         for phase in ("fwd", "bwd"):
             assert bars[f"{name} bf16 vs our fp32: {phase} speedup"]["bar"] == 1.6
+    assert not any("ReLU" in check for check in bars)  # no bar of their own
 
     printed = capsys.readouterr().out
     assert "Light/heavy split of the min/max kernels" in printed
@@ -463,7 +489,7 @@ def test_cli_runs_the_reduction_cases(tmp_path, capsys):
     assert bars[f"{where}: forward speedup"]["value"] > 0
     assert bars[f"{where}: backward speedup"]["value"] > 0
     assert bars[f"{where}: memory ratio"]["status"] == "n/a"  # no memory figures on CPU
-    for name in names:
+    for name in plain:
         assert bars[f"{name} bf16 vs our fp32: fwd speedup"]["value"] > 0
 
 

@@ -26,7 +26,8 @@ import torch
 from . import graphs as suite
 from . import minibatch
 from .bandwidth import copy_bandwidth_gbs, measure_kernels
-from .cases import CASES, MINIBATCH_CASES, OURS, Case, Impl, Unsupported, Workload, select
+from .cases import (CASES, MINIBATCH_CASES, OURS, Case, Impl, Unsupported, Workload,
+                    input_features, select)
 from .plot import plot
 from .progress import Progress
 from .report import (check_bars, comparisons, environment, format_bandwidth, format_graphs,
@@ -205,8 +206,7 @@ def run_case(case: Case, work: Workload, args: argparse.Namespace, progress: Pro
     failure while timing does."""
     torch.manual_seed(args.seed)
     device = work.device
-    x = torch.randn(work.num_nodes, case.in_channels, device=device,
-                    dtype=feature_dtype(work.precision)).requires_grad_()
+    x = input_features(case, work.num_nodes, device, feature_dtype(work.precision))
     ours: Optional[Impl] = None
 
     def build_ours() -> Impl:

@@ -133,7 +133,8 @@ class Case:
     kernels alone, for the effective-bandwidth table (bench.bandwidth), whose
     useful bytes follow the family's ``bytes_model`` (a formula, for the
     report); ``absolute_bars``: ms bars of our layer on named graphs;
-    ``kernel_bars``: share-of-copy bars of its kernels on named graphs.
+    ``kernel_bars``: share-of-copy bars of its kernels on named graphs;
+    ``features``: the input features (:data:`FEATURES`).
     """
     key: str
     name: str
@@ -149,6 +150,25 @@ class Case:
     bytes_model: Optional[str] = None
     absolute_bars: Tuple[AbsoluteBar, ...] = field(default=())
     kernel_bars: Tuple[KernelBar, ...] = field(default=())
+    features: str = "normal"
+
+
+#: Input features of a layer case: standard normal, or their ReLU (what a
+#: hidden layer receives: half the entries 0, so a min or max ties at 0).
+FEATURES = ("normal", "relu")
+
+
+def input_features(case: Case, num_nodes: int, device: torch.device,
+                   dtype: torch.dtype) -> Tensor:
+    """The case's input features [num_nodes, in_channels] (``case.features``),
+    a leaf that requires grad (a layer in the middle of a network)."""
+    if case.features not in FEATURES:
+        raise ValueError(f"case {case.key!r}: features must be one of {FEATURES}, got "
+                         f"{case.features!r}")
+    x = torch.randn(num_nodes, case.in_channels, device=device, dtype=dtype)
+    if case.features == "relu":
+        x = x.relu_()
+    return x.requires_grad_()
 
 
 # A layer builder for the mini-batch cases: (in_channels, out_channels) -> a

@@ -14,6 +14,10 @@ Layer cases (features require grad, a layer in the middle of a network):
   fp32 against "pyg": forward >= 5x, backward >= 40x faster, fwd+bwd peak
   memory >= 20x smaller; every one of the four at least 1.6x faster under
   bf16 autocast than our own fp32.
+- ``min512-relu``, ``max512-relu``: min512 and max512 over ReLU features
+  (``Case.features``), the input a hidden layer gives the aggregation: half
+  the entries 0, so most outputs tie at 0 and their gradient is split
+  among the tied sources (the backward's walks); no bar of their own.
 - ``sage-min512``: our ``SAGEConv(512, 512, aggr="min")`` against PyG's
   (baseline "pyg-sage", weights copied through the state_dict): the whole
   layer (the aggregation, lin_l, lin_r); no bar of its own.
@@ -208,6 +212,12 @@ for _reduce in REDUCES:
             bar=Bar(fwd=5.0, bwd=40.0, mem=20.0) if (_reduce, _d) == ("min", 512) else None,
             bf16_over_fp32=BF16_OVER_FP32,
             make_kernels=_minmax_kernels(_reduce, _d), bytes_model=BYTES_MODEL))
+for _reduce in REDUCES:
+    register(Case(
+        key=f"{_reduce}512-relu", name=f"{_reduce} aggregation D=512, ReLU features",
+        family=FAMILY, config={"D": 512}, in_channels=512, make_ours=_aggr_ours(_reduce),
+        baselines={"pyg": _aggr_pyg(_reduce)}, features="relu",
+        make_kernels=_minmax_kernels(_reduce, 512, relu=True), bytes_model=BYTES_MODEL))
 del _reduce, _d
 
 
