@@ -1051,6 +1051,44 @@ def test_cuda_sanitizer_few_walking_elements(reduce, dtype):
         assert_grad_close(xx.grad, ref_grad, bound, dtype)
 
 
+# ------------------------------------------- rows tied in every element
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_cuda_sanitizer_rows_tied_everywhere(reduce, dtype):
+    """Features with a few distinct values (mostly 0, as a min or max over
+    ReLU features meets them), so nearly every element ties among many of
+    its row's entries: rows of 1 to 80 entries, whose ties take the first
+    two sources a walk keeps, or a second walk that adds each match its
+    share with one masked vector atomic an entry; widths of one to four
+    features a lane and of one and several sub-groups; the raw backward op
+    and autograd against PyG in float64."""
+    check_native("cuda")
+    seed = seed_of("minmax-tied-everywhere", reduce, dtype)
+    gen = torch.Generator().manual_seed(seed)
+    num_src = 300
+    degrees = list(range(1, 81)) + [0, 0]  # and two rows without entries
+    dst = torch.cat([torch.full((d,), v, dtype=torch.long) for v, d in enumerate(degrees)])
+    src = torch.cat([torch.randperm(num_src, generator=gen)[:d] for d in degrees])
+    edge_index = torch.stack([src, dst])
+    num_dst = len(degrees)
+    for width in (1, 2, 6, 64, 512):
+        pick = torch.rand(num_src, width, generator=gen)
+        x = torch.where(pick < 0.7, 0.0, torch.where(pick < 0.85, 1.0, -1.0)).to(dtype)
+        grad = grad_values(num_dst, width, dtype, gen)
+        ref_out, ref_grad, bound = pyg_reference(edge_index, x.double(), num_dst, reduce,
+                                                 grad.double())
+        graph = Graph.from_edge_index(edge_index.cuda(), (num_src, num_dst))
+        x_dev, grad_dev = x.cuda(), grad.cuda()
+        out, arg = forward_op(graph.rowptr, graph.col, x_dev, reduce)
+        assert_same_values(out, ref_out, dtype)
+        got = backward_op(graph.rowptr, graph.col, None, None, x_dev, out, arg, grad_dev, reduce)
+        assert_grad_close(got, ref_grad, bound, dtype)
+        xx = x_dev.clone().requires_grad_()
+        graph_minmax(graph, xx, reduce).backward(grad_dev)
+        assert_grad_close(xx.grad, ref_grad, bound, dtype)
+
+
 # ------------------------------------------------------ bucketed backward
 def long_sources_graph(num_src, num_dst, num_edges, dst_hubs, seed, gen):
     """A random graph with hub destinations ``dst_hubs`` and sources 1-4 of
