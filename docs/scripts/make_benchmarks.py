@@ -267,6 +267,12 @@ RUN_TITLES = {
     "results_h200_rows_kernel_again_run2":
         "min aggregation D=512 and the mini-batch steps of GCNConv and SAGEConv after the "
         "winners kernel was dropped, run 2, H200 (issues 5, 7)",
+    "results_h200_masked_shares_run1":
+        "min aggregation D=512 and the mini-batch steps (small, medium, large) of GCNConv and "
+        "SAGEConv on the library with the vector walk shares, run 1, H200 (issues 5, 7)",
+    "results_h200_relu_cases_run2":
+        "min aggregation D=512 on normal and ReLU features, max on ReLU features, and the "
+        "mini-batch steps, run 2, H200 (issues 5, 7)",
 }
 
 
