@@ -154,7 +154,8 @@ class Case:
 
 
 #: Input features of a layer case: standard normal, or their ReLU (what a
-#: hidden layer receives: half the entries 0, so a min or max ties at 0).
+#: hidden layer receives: half the entries 0, so a min over a few
+#: neighbours is 0 in most elements, tied among the zero sources).
 FEATURES = ("normal", "relu")
 
 
