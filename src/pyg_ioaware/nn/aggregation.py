@@ -110,6 +110,8 @@ class MinAggregation(_NeighborAggregation):
 
     Edge weights and a sparse adjacency's values are not used. The gradient
     is PyG's (``scatter_reduce`` ``amin``): split evenly among tied entries.
+    Over ReLU outputs most elements tie at 0, and the backward then visits
+    every entry of a row (see the FAQ, "Min aggregation after a ReLU").
 
     Called as ``aggr(x, adj, size=None)``: ``x`` node features [N, C] or
     [N, H, C], or a bipartite pair ``(x_src, x_dst)``; ``adj`` edge_index
