@@ -39,8 +39,8 @@ FAMILIES = {
     "min": lambda dims: _minmax_kernels("min", int(dims)),
     "max": lambda dims: _minmax_kernels("max", int(dims)),
     # ReLU features: ties at 0 (min: most elements; max: where no neighbour is positive)
-    "min-relu": lambda dims: _minmax_kernels("min", int(dims), relu=True),
-    "max-relu": lambda dims: _minmax_kernels("max", int(dims), relu=True),
+    "min-relu": lambda dims: _minmax_kernels("min", int(dims), "relu"),
+    "max-relu": lambda dims: _minmax_kernels("max", int(dims), "relu"),
 }
 # kernel name without its family -> the kind --kernels selects by
 KINDS = {"attention weights": "weights", "fwd + arg": "fwd+arg",

@@ -159,17 +159,23 @@ class Case:
 FEATURES = ("normal", "relu")
 
 
+def random_features(kind: str, num_nodes: int, channels: int, device: torch.device,
+                    dtype: torch.dtype) -> Tensor:
+    """[num_nodes, channels] features of ``kind`` (:data:`FEATURES`): standard
+    normal (the global generator), or their ReLU."""
+    if kind not in FEATURES:
+        raise ValueError(f"features must be one of {FEATURES}, got {kind!r}")
+    x = torch.randn(num_nodes, channels, device=device, dtype=dtype)
+    return x.relu_() if kind == "relu" else x
+
+
 def input_features(case: Case, num_nodes: int, device: torch.device,
                    dtype: torch.dtype) -> Tensor:
-    """The case's input features [num_nodes, in_channels] (``case.features``),
-    a leaf that requires grad (a layer in the middle of a network)."""
-    if case.features not in FEATURES:
-        raise ValueError(f"case {case.key!r}: features must be one of {FEATURES}, got "
-                         f"{case.features!r}")
-    x = torch.randn(num_nodes, case.in_channels, device=device, dtype=dtype)
-    if case.features == "relu":
-        x = x.relu_()
-    return x.requires_grad_()
+    """The case's input features [num_nodes, in_channels] (``case.features``,
+    :func:`random_features`), a leaf that requires grad (a layer in the
+    middle of a network)."""
+    return random_features(case.features, num_nodes, case.in_channels, device,
+                           dtype).requires_grad_()
 
 
 # A layer builder for the mini-batch cases: (in_channels, out_channels) -> a

@@ -39,7 +39,7 @@ from torch import nn
 from ..bandwidth import Kernel
 from ..timing import feature_dtype
 from . import (BF16_OVER_FP32, Bar, Case, Impl, LayerBuilder, MinibatchCase, Unsupported,
-               Workload, register)
+               Workload, random_features, register)
 
 FAMILY = "reduction"
 REDUCES = ("min", "max")
@@ -145,13 +145,13 @@ def _aggr_pyg(reduce: str) -> Callable[[Workload, Impl], Impl]:
 
 
 def _minmax_kernels(reduce: str, channels: int,
-                    relu: bool = False) -> Callable[[Workload], List[Kernel]]:
+                    features: str = "normal") -> Callable[[Workload], List[Kernel]]:
     """The min / max kernels alone on the cached Graph: the forward without
     and with arg, the backward from one forward's out and arg (and on CUDA
     the deterministic backward over the CSR^T, by position, and the bucketed
     one where its kernels take the features: ops.minmax.bucket_kernels_take).
-    Features are standard normal, or with ``relu`` their ReLU (a hidden
-    layer's: half the entries 0, so ties at 0 are common and walk)."""
+    Features of the kind ``features`` (cases.FEATURES: standard normal, or
+    their ReLU, a hidden layer's, whose ties at 0 walk)."""
     def make(work: Workload) -> List[Kernel]:
         from pyg_ioaware import Graph
         from pyg_ioaware.ops.minmax import (DEFAULT_HUB_QUANTILE, _minmax_backward_kernel,
@@ -163,9 +163,7 @@ def _minmax_kernels(reduce: str, channels: int,
         rowptr, col = graph.rowptr, graph.col
         n_src, n_out, nnz = graph.num_src, graph.num_dst, graph.num_edges
         q = DEFAULT_HUB_QUANTILE
-        x = torch.randn(n_src, channels, device=work.device, dtype=dtype)
-        if relu:
-            x = x.relu()
+        x = random_features(features, n_src, channels, work.device, dtype)
         g = torch.randn(n_out, channels, device=work.device, dtype=dtype)
         # The codes training keeps once the graph's longest row is known.
         arg_bytes = narrowest_arg_bytes(int(graph.in_degree.max()) if nnz > 0 else 0)
@@ -217,7 +215,7 @@ for _reduce in REDUCES:
         key=f"{_reduce}512-relu", name=f"{_reduce} aggregation D=512, ReLU features",
         family=FAMILY, config={"D": 512}, in_channels=512, make_ours=_aggr_ours(_reduce),
         baselines={"pyg": _aggr_pyg(_reduce)}, features="relu",
-        make_kernels=_minmax_kernels(_reduce, 512, relu=True), bytes_model=BYTES_MODEL))
+        make_kernels=_minmax_kernels(_reduce, 512, "relu"), bytes_model=BYTES_MODEL))
 del _reduce, _d
 
 
