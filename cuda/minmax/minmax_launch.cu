@@ -16,6 +16,13 @@ namespace {
 
 constexpr size_t kAlign = 16;
 
+// Whether the backward of scalar_t accumulates in grad_x itself (float32,
+// float64), else in a float32 workspace that the cast kernel copies out.
+template <typename scalar_t>
+constexpr bool grad_x_is_accumulator() {
+  return sizeof(scalar_t) == sizeof(typename DTypeTraits<scalar_t>::acc);
+}
+
 size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 size_t element_size(int32_t dtype) {
@@ -341,7 +348,7 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
   using scalar_t = typename Traits::scalar_t;
   unsigned grid = 0;
   if (gathered(p)) return launch_gather<Traits>(p, stream);
-  constexpr bool kDirect = sizeof(scalar_t) == sizeof(acc_t);  // grad_x is its own accumulator
+  constexpr bool kDirect = grad_x_is_accumulator<scalar_t>();
   acc_t* acc = kDirect ? static_cast<acc_t*>(p.grad_x) : static_cast<acc_t*>(p.workspace);
   const int64_t acc_stride = kDirect ? p.grad_x_row_stride : p.width;
   // The bucket path's source kernel stores every row of acc; else it is zeroed.
@@ -577,15 +584,14 @@ extern "C" int pygio_minmax_backward(const pygio_minmax_backward_params* params)
   PYGIO_TRY(PYGIO_DISPATCH_DTYPE(p.dtype, [&] {
     // At most 4 features a lane: the walks keep code, gradient and result
     // per feature, and 8 of each spilled (16-bit rows). grad_x counts where
-    // it is its own accumulator (float32, float64: launch_backward's
-    // kDirect): float32 walks add a lane's piece to it with one vector
-    // atomic. 16-bit gradients reach it through the cast kernel, which
-    // picks its own width.
+    // it is its own accumulator: float32 walks add a lane's piece to it with
+    // one vector atomic. 16-bit gradients reach it through the cast kernel,
+    // which picks its own width.
     int vec = std::min(4, widest_vector(sizeof(scalar_t), p.width,
                                         {p.grad_out_row_stride, p.out_row_stride,
                                          p.x_row_stride},
                                         {p.grad_out, p.out, p.x}));
-    if (sizeof(scalar_t) >= 4)
+    if constexpr (grad_x_is_accumulator<scalar_t>())
       vec = std::min(vec, widest_vector(sizeof(scalar_t), p.width, {p.grad_x_row_stride},
                                         {p.grad_x}));
     return dispatch<scalar_t>(p, vec, [&](auto traits) {
