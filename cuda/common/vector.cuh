@@ -82,8 +82,6 @@ __device__ __forceinline__ void store_pack(T* __restrict__ p, const acc_t (&acc)
 
 namespace pygio {
 
-// p[i] += v[i] for i < N with atomics: 16- or 8-byte vector atomics for
-// float on sm_90 and newer (p aligned to them), else one per element.
 // Whether atomic_add_pack can use w-element vector atomics here.
 template <typename acc_t, int N, int w>
 __device__ constexpr bool vector_atomics() {
@@ -94,6 +92,8 @@ __device__ constexpr bool vector_atomics() {
 #endif
 }
 
+// p[i] += v[i] for i < N with atomics: 16- or 8-byte vector atomics for
+// float on sm_90 and newer (p aligned to them), else one per element.
 template <int N, typename acc_t>
 __device__ __forceinline__ void atomic_add_pack(acc_t* p, const acc_t (&v)[N]) {
   if constexpr (vector_atomics<acc_t, N, 4>()) {

@@ -15,6 +15,8 @@ namespace pygio {
 namespace {
 
 constexpr size_t kAlign = 16;
+// The backward's widest vector, in features a lane (see pygio_minmax_backward).
+constexpr int kMaxBackwardVec = 4;
 
 // Whether the backward of scalar_t accumulates in grad_x itself (float32,
 // float64), else in a float32 workspace that the cast kernel copies out.
@@ -138,12 +140,17 @@ WarpLayout warp_layout(int64_t pieces) {
   return WarpLayout{shift};
 }
 
-// Calls go(std::integral_constant<int, kVec>) for the vector width `vec`.
-template <typename scalar_t, typename Go>
+// Calls go(std::integral_constant<int, kVec>) for the vector width `vec`:
+// the 16- or 8-byte width where `vec` is one of them (each capped at
+// kMaxVec, so that no wider kernel is instantiated), else 1 element.
+template <typename scalar_t, int kMaxVec, typename Go>
 int with_vector(int vec, Go go) {
-  constexpr int kWide = 16 / sizeof(scalar_t), kHalf = 8 / sizeof(scalar_t);
+  constexpr int kWide = std::min<int>(16 / sizeof(scalar_t), kMaxVec);
+  constexpr int kHalf = std::min<int>(8 / sizeof(scalar_t), kMaxVec);
   if (vec == kWide) return go(std::integral_constant<int, kWide>{});
-  if (kHalf > 1 && vec == kHalf) return go(std::integral_constant<int, kHalf>{});
+  if constexpr (kHalf > 1 && kHalf < kWide) {
+    if (vec == kHalf) return go(std::integral_constant<int, kHalf>{});
+  }
   return go(std::integral_constant<int, 1>{});
 }
 
@@ -427,13 +434,13 @@ int launch_backward(const pygio_minmax_backward_params& p, cudaStream_t stream) 
   return PYGIO_OK;
 }
 
-// Binds the index type, the reduce and the vector width, then calls
-// launch(Traits) for a params struct P.
-template <typename scalar_t, typename P, typename Launch>
+// Binds the index type, the reduce and the vector width (at most
+// kMaxVec), then calls launch(Traits) for a params struct P.
+template <typename scalar_t, int kMaxVec, typename P, typename Launch>
 int dispatch(const P& p, int vec, Launch launch) {
   return PYGIO_DISPATCH_INDEX(p.a.index_bits, [&] {
     return with_reduce(p.reduce, [&](auto is_max) {
-      return with_vector<scalar_t>(vec, [&](auto vec_constant) {
+      return with_vector<scalar_t, kMaxVec>(vec, [&](auto vec_constant) {
         return launch(MinMaxTraits<scalar_t, index_t, decltype(vec_constant)::value,
                                    decltype(is_max)::value>{});
       });
@@ -551,7 +558,7 @@ extern "C" int pygio_minmax(const pygio_minmax_params* params) {
     // lane (H200, min D=512 forward with arg: roads-like 0.32 -> 0.28 ms,
     // arxiv-like 0.84 -> 0.80, tolokers-like 0.367 -> 0.352, pokec-like
     // 16.9 -> 16.6); 16-bit rows spilled with two and lost 0-6%.
-    return dispatch<scalar_t>(p, vec, [&](auto traits) {
+    return dispatch<scalar_t, 16 / sizeof(scalar_t)>(p, vec, [&](auto traits) {
       using Traits = decltype(traits);
       if constexpr (sizeof(scalar_t) == 4) {
         if (slab > kWarpSize) return launch_forward<typename Traits::TwoPieces>(p, slab, stream);
@@ -582,19 +589,19 @@ extern "C" int pygio_minmax_backward(const pygio_minmax_backward_params* params)
   PYGIO_TRY(guard.set(p.device));
   const auto stream = static_cast<cudaStream_t>(p.stream);
   PYGIO_TRY(PYGIO_DISPATCH_DTYPE(p.dtype, [&] {
-    // At most 4 features a lane: the walks keep code, gradient and result
-    // per feature, and 8 of each spilled (16-bit rows). grad_x counts where
-    // it is its own accumulator: float32 walks add a lane's piece to it with
-    // one vector atomic. 16-bit gradients reach it through the cast kernel,
-    // which picks its own width.
-    int vec = std::min(4, widest_vector(sizeof(scalar_t), p.width,
+    // At most kMaxBackwardVec features a lane: the walks keep code,
+    // gradient and result per feature, and 8 of each spilled (16-bit
+    // rows). grad_x counts where it is its own accumulator: float32 walks
+    // add a lane's piece to it with one vector atomic. 16-bit gradients
+    // reach it through the cast kernel, which picks its own width.
+    int vec = std::min(kMaxBackwardVec, widest_vector(sizeof(scalar_t), p.width,
                                         {p.grad_out_row_stride, p.out_row_stride,
                                          p.x_row_stride},
                                         {p.grad_out, p.out, p.x}));
     if constexpr (grad_x_is_accumulator<scalar_t>())
       vec = std::min(vec, widest_vector(sizeof(scalar_t), p.width, {p.grad_x_row_stride},
                                         {p.grad_x}));
-    return dispatch<scalar_t>(p, vec, [&](auto traits) {
+    return dispatch<scalar_t, kMaxBackwardVec>(p, vec, [&](auto traits) {
       return launch_backward<decltype(traits)>(p, stream);
     });
   }));
