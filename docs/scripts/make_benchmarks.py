@@ -273,6 +273,18 @@ RUN_TITLES = {
     "results_h200_relu_cases_run2":
         "min aggregation D=512 on normal and ReLU features, max on ReLU features, and the "
         "mini-batch steps, run 2, H200 (issues 5, 7)",
+    "results_h200_repeat_min512":
+        "min aggregation D=512 on normal and ReLU features, the min / max backward without its "
+        "unused 8-wide kernels, H200 (issue 7)",
+    "results_h200_repeat_minibatch_runA":
+        "mini-batch steps of GCNConv and SAGEConv, run A of three on one host, H200 "
+        "(issues 5, 7)",
+    "results_h200_repeat_minibatch_runB":
+        "mini-batch steps of GCNConv and SAGEConv, run B of three on one host, H200 "
+        "(issues 5, 7)",
+    "results_h200_repeat_minibatch_runC":
+        "mini-batch steps of GCNConv and SAGEConv, run C of three on one host, H200 "
+        "(issues 5, 7)",
 }
 
 
