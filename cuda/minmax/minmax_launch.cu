@@ -594,10 +594,10 @@ extern "C" int pygio_minmax_backward(const pygio_minmax_backward_params* params)
     // rows). grad_x counts where it is its own accumulator: float32 walks
     // add a lane's piece to it with one vector atomic. 16-bit gradients
     // reach it through the cast kernel, which picks its own width.
-    int vec = std::min(kMaxBackwardVec, widest_vector(sizeof(scalar_t), p.width,
-                                        {p.grad_out_row_stride, p.out_row_stride,
-                                         p.x_row_stride},
-                                        {p.grad_out, p.out, p.x}));
+    int vec = std::min(kMaxBackwardVec,
+                       widest_vector(sizeof(scalar_t), p.width,
+                                     {p.grad_out_row_stride, p.out_row_stride, p.x_row_stride},
+                                     {p.grad_out, p.out, p.x}));
     if constexpr (grad_x_is_accumulator<scalar_t>())
       vec = std::min(vec, widest_vector(sizeof(scalar_t), p.width, {p.grad_x_row_stride},
                                         {p.grad_x}));
