@@ -185,12 +185,17 @@ _CHOSEN: Dict[ShapeClass, str] = {}
 # The same choices keyed by the raw parts of their shape class (torch dtype
 # and device, buckets), so the hot path builds no ShapeClass.
 _CHOSEN_BY_PARTS: Dict[tuple, Backend] = {}
+# untimed_choices' answers made of decided classes (no backend pinned), keyed
+# by the sizes as far as their shape classes tell them apart
+# (:func:`_class_sizes`): a new graph of known classes costs one lookup.
+_UNTIMED_BY_SIZES: Dict[tuple, List[str]] = {}
 
 
 def reset() -> None:
     """Forgets every choice made in this process and the loaded table."""
     _CHOSEN.clear()
     _CHOSEN_BY_PARTS.clear()
+    _UNTIMED_BY_SIZES.clear()
     TABLE.clear()
 
 
@@ -258,19 +263,37 @@ def untimed_choices(family: str, width: int, dtype: torch.dtype, device: torch.d
     """The names of the backends :func:`choose_for_call` gives calls of
     these sizes, one per (direction, rows) of ``calls``, where that needs no
     timing (decided classes, a pinned backend, autotune off); None where one
-    of them would autotune first. One environment read for all of them."""
+    of them would autotune first. One environment read for all of them, and
+    without a pinned backend one lookup where calls of the same classes
+    asked before (decided classes stay decided)."""
     pinned = os.environ.get(ENV_BACKEND.format(family=family.upper()))
-    names = []
+    sizes = None if pinned else _class_sizes(family, width, dtype, device, nnz, calls)
+    names = None if sizes is None else _UNTIMED_BY_SIZES.get(sizes)
+    if names is not None:
+        return names
+    names, decided = [], sizes is not None
     for direction, rows in calls:
-        backend = None if pinned else _CHOSEN_BY_PARTS.get(
-            (family, direction, dtype, device) + _buckets(width, nnz, rows))
+        parts = (family, direction, dtype, device) + _buckets(width, nnz, rows)
+        backend = None if pinned else _CHOSEN_BY_PARTS.get(parts)
         if backend is None:
             if not pinned and autotune_enabled():
                 return None
             backend = choose_for_call(family, direction, width, dtype, device, nnz, rows,
                                       _never_timed)
+            decided = decided and _CHOSEN_BY_PARTS.get(parts) is backend
         names.append(backend.name)
+    if decided:
+        _UNTIMED_BY_SIZES[sizes] = names
     return names
+
+
+def _class_sizes(family: str, width: int, dtype: torch.dtype, device: torch.device, nnz: int,
+                 calls: Tuple[Tuple[str, int], ...]) -> tuple:
+    """The sizes of :func:`untimed_choices`' calls as far as their shape
+    classes tell them apart: the width, the bit lengths of nnz (the size
+    bucket) and of each call's nnz // rows (its degree bucket)."""
+    return (family, width, dtype, device, nnz.bit_length(),
+            tuple((direction, (nnz // max(rows, 1)).bit_length()) for direction, rows in calls))
 
 
 def _never_timed(backend: Backend) -> float:
