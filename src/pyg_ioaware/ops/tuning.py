@@ -207,7 +207,7 @@ def choose(shape: ShapeClass, time_backend: Callable[[Backend], float]) -> Backe
     """The backend for ``shape`` (see the module docstring for the order).
     ``time_backend(backend)`` returns ms of one run of the call at hand; it
     is called only when autotuning."""
-    pinned = os.environ.get(ENV_BACKEND.format(family=shape.family.upper()))
+    pinned = pinned_backend(shape.family)
     decided = None if pinned else _CHOSEN.get(shape)
     if decided is not None:  # the hot path: one lookup per call
         return next(b for b in _REGISTRY[shape.family] if b.name == decided)
@@ -248,7 +248,7 @@ def choose_for_call(family: str, direction: str, width: int, dtype: torch.dtype,
     """:func:`choose` for the shape class of one call's sizes; a class
     already decided costs one dict lookup on a tuple of the call's parts."""
     parts = (family, direction, dtype, device) + _buckets(width, nnz, rows)
-    pinned = os.environ.get(ENV_BACKEND.format(family=family.upper()))
+    pinned = pinned_backend(family)
     backend = None if pinned else _CHOSEN_BY_PARTS.get(parts)
     if backend is None:
         shape = shape_class(family, direction, width, dtype, device, nnz, rows)
@@ -266,7 +266,7 @@ def untimed_choices(family: str, width: int, dtype: torch.dtype, device: torch.d
     of them would autotune first. One environment read for all of them, and
     without a pinned backend one lookup where calls of the same classes
     asked before (decided classes stay decided)."""
-    pinned = os.environ.get(ENV_BACKEND.format(family=family.upper()))
+    pinned = pinned_backend(family)
     sizes = None if pinned else _class_sizes(family, width, dtype, device, nnz, calls)
     names = None if sizes is None else _UNTIMED_BY_SIZES.get(sizes)
     if names is not None:
@@ -291,9 +291,27 @@ def _class_sizes(family: str, width: int, dtype: torch.dtype, device: torch.devi
                  calls: Tuple[Tuple[str, int], ...]) -> tuple:
     """The sizes of :func:`untimed_choices`' calls as far as their shape
     classes tell them apart: the width, the bit lengths of nnz (the size
-    bucket) and of each call's nnz // rows (its degree bucket)."""
-    return (family, width, dtype, device, nnz.bit_length(),
-            tuple((direction, (nnz // max(rows, 1)).bit_length()) for direction, rows in calls))
+    bucket) and, per call, its direction and the bit length of nnz // rows
+    (its degree bucket). A flat tuple, built in a loop: a new graph's step
+    pays for this key."""
+    key = [family, width, dtype, device, nnz.bit_length()]
+    for direction, rows in calls:
+        key.append(direction)
+        key.append((nnz // (rows or 1)).bit_length())
+    return tuple(key)
+
+
+def pinned_backend(family: str) -> Optional[str]:
+    """The backend ``$PYG_IOAWARE_BACKEND_<FAMILY>`` pins, if any (read on
+    every call: tests and users may set it at any time)."""
+    variable = _BACKEND_VARIABLES.get(family)
+    if variable is None:
+        variable = _BACKEND_VARIABLES[family] = ENV_BACKEND.format(family=family.upper())
+    return os.environ.get(variable)
+
+
+# ENV_BACKEND per family, formatted once.
+_BACKEND_VARIABLES: Dict[str, str] = {}
 
 
 def _never_timed(backend: Backend) -> float:
