@@ -285,6 +285,15 @@ RUN_TITLES = {
     "results_h200_repeat_minibatch_runC":
         "mini-batch steps of GCNConv and SAGEConv, run C of three on one host, H200 "
         "(issues 5, 7)",
+    "results_h200_untimed_memo_runA":
+        "mini-batch steps of GCNConv with the tuner's answers remembered per class, run A of "
+        "three on one host, 100 steps a variant, H200 (issue 5)",
+    "results_h200_untimed_memo_runB":
+        "mini-batch steps of GCNConv with the tuner's answers remembered per class, run B of "
+        "three on one host, 100 steps a variant, H200 (issue 5)",
+    "results_h200_untimed_memo_runC":
+        "mini-batch steps of GCNConv with the tuner's answers remembered per class, run C of "
+        "three on one host, 100 steps a variant, H200 (issue 5)",
 }
 
 
