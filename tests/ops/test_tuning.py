@@ -143,17 +143,17 @@ def test_untimed_choices_of_known_classes_are_remembered_and_pins_still_win(fami
         return tuning.untimed_choices("fake", 64, torch.float32, torch.device("cpu"), nnz,
                                       (("forward", rows), ("transposed", rows)))
 
-    assert untimed(1000, 100) == ["slow", "slow"]
+    assert untimed(1000, 100) == ("slow", "slow")
     assert len(tuning._UNTIMED_BY_SIZES) == 1
     # Other sizes of the same classes (size bucket 9, degree bucket 3): the lookup.
     family[0].name = "renamed"  # what the table holds, not a new choice, is returned
-    assert untimed(1001, 110) == ["slow", "slow"]
+    assert untimed(1001, 110) == ("slow", "slow")
     assert len(tuning._UNTIMED_BY_SIZES) == 1
     family[0].name = "slow"
-    assert untimed(4000, 100) == ["slow", "slow"]  # another size bucket: decided anew
+    assert untimed(4000, 100) == ("slow", "slow")  # another size bucket: decided anew
     assert len(tuning._UNTIMED_BY_SIZES) == 2
     monkeypatch.setenv("PYG_IOAWARE_BACKEND_FAKE", "fast")
-    assert untimed(1000, 100) == ["fast", "fast"]
+    assert untimed(1000, 100) == ("fast", "fast")
     monkeypatch.delenv("PYG_IOAWARE_BACKEND_FAKE")
     tuning.reset()
     assert not tuning._UNTIMED_BY_SIZES

@@ -188,7 +188,9 @@ _CHOSEN_BY_PARTS: Dict[tuple, Backend] = {}
 # untimed_choices' answers made of decided classes (no backend pinned), keyed
 # by the sizes as far as their shape classes tell them apart
 # (:func:`_class_sizes`): a new graph of known classes costs one lookup.
-_UNTIMED_BY_SIZES: Dict[tuple, List[str]] = {}
+_UNTIMED_BY_SIZES: Dict[tuple, Tuple[str, ...]] = {}
+# ENV_BACKEND per family, formatted once (pinned_backend).
+_BACKEND_VARIABLES: Dict[str, str] = {}
 
 
 def reset() -> None:
@@ -259,7 +261,7 @@ def choose_for_call(family: str, direction: str, width: int, dtype: torch.dtype,
 
 
 def untimed_choices(family: str, width: int, dtype: torch.dtype, device: torch.device,
-                    nnz: int, calls: Tuple[Tuple[str, int], ...]) -> Optional[List[str]]:
+                    nnz: int, calls: Tuple[Tuple[str, int], ...]) -> Optional[Tuple[str, ...]]:
     """The names of the backends :func:`choose_for_call` gives calls of
     these sizes, one per (direction, rows) of ``calls``, where that needs no
     timing (decided classes, a pinned backend, autotune off); None where one
@@ -282,6 +284,7 @@ def untimed_choices(family: str, width: int, dtype: torch.dtype, device: torch.d
                                       _never_timed)
             decided = decided and _CHOSEN_BY_PARTS.get(parts) is backend
         names.append(backend.name)
+    names = tuple(names)
     if decided:
         _UNTIMED_BY_SIZES[sizes] = names
     return names
@@ -308,10 +311,6 @@ def pinned_backend(family: str) -> Optional[str]:
     if variable is None:
         variable = _BACKEND_VARIABLES[family] = ENV_BACKEND.format(family=family.upper())
     return os.environ.get(variable)
-
-
-# ENV_BACKEND per family, formatted once.
-_BACKEND_VARIABLES: Dict[str, str] = {}
 
 
 def _never_timed(backend: Backend) -> float:
