@@ -189,7 +189,7 @@ _CHOSEN_BY_PARTS: Dict[tuple, Backend] = {}
 # by the sizes as far as their shape classes tell them apart
 # (:func:`_class_sizes`): a new graph of known classes costs one lookup.
 _UNTIMED_BY_SIZES: Dict[tuple, Tuple[str, ...]] = {}
-# ENV_BACKEND per family, formatted once (pinned_backend).
+# ENV_BACKEND per family, formatted once (backend_variable).
 _BACKEND_VARIABLES: Dict[str, str] = {}
 
 
@@ -219,7 +219,7 @@ def choose(shape: ShapeClass, time_backend: Callable[[Backend], float]) -> Backe
     by_name = {b.name: b for b in supported}
     if pinned:
         if pinned not in by_name:
-            raise ValueError(f"{ENV_BACKEND.format(family=shape.family.upper())}={pinned!r} "
+            raise ValueError(f"{backend_variable(shape.family)}={pinned!r} "
                              f"does not support {shape}; supported: {sorted(by_name)}")
         return by_name[pinned]
     decided = TABLE.get(shape)
@@ -307,10 +307,16 @@ def _class_sizes(family: str, width: int, dtype: torch.dtype, device: torch.devi
 def pinned_backend(family: str) -> Optional[str]:
     """The backend ``$PYG_IOAWARE_BACKEND_<FAMILY>`` pins, if any (read on
     every call: tests and users may set it at any time)."""
+    return os.environ.get(backend_variable(family))
+
+
+def backend_variable(family: str) -> str:
+    """The name of the variable that pins the family's backend (ENV_BACKEND,
+    formatted once per family)."""
     variable = _BACKEND_VARIABLES.get(family)
     if variable is None:
         variable = _BACKEND_VARIABLES[family] = ENV_BACKEND.format(family=family.upper())
-    return os.environ.get(variable)
+    return variable
 
 
 def _never_timed(backend: Backend) -> float:
