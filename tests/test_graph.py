@@ -514,6 +514,34 @@ def test_cuda_native_self_loops_equal_the_torch_structure(grouped, monkeypatch):
             assert got.dtype == want.dtype and torch.equal(got, want)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("host", [False, True])
+@pytest.mark.parametrize("grouped", [False, True])
+def test_cuda_self_loops_in_one_launch_equal_the_torch_structure(host, grouped, monkeypatch):
+    """pygio_csr_add_self_loops with GCN values (one launch: rows and
+    entries together, the input holding no self loop) writes the structure
+    the torch build does, for a hub, nodes without edges and duplicate
+    edges, both index widths, from C++ and through ctypes."""
+    from pyg_ioaware import _native
+
+    monkeypatch.setattr(config, "native_host", host)
+    edge_index = random_graph(300, 300, 3000, seed=35, hub_degree=2000)
+    edge_index = torch.cat([edge_index, edge_index[:, :50]], dim=1)  # duplicates
+    edge_index = edge_index[:, (edge_index[0] != edge_index[1]) & (edge_index[1] < 280)]
+    if grouped:
+        edge_index = edge_index[:, torch.argsort(edge_index[1], stable=True)]
+    for force_int64 in (False, True):
+        monkeypatch.setattr(config, "force_int64_indices", force_int64)
+        graph = Graph.from_edge_index(edge_index.cuda(), 300)
+        *structure, values = _native.csr_add_self_loops(graph.rowptr, graph.col, graph.row,
+                                                        graph.edge_perm, gcn_values=True)
+        reference = graph._self_loop_structure(graph.index_dtype)
+        for got, want in zip(structure, reference):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        expected = _native.gcn_norm(*structure[:3], None, None, torch.float32)
+        assert torch.equal(values, expected)
+
+
 def _layouts(edge_index: torch.Tensor) -> list:
     """edge_index as given and as a strided view (the rows of an [E, 2] tensor)."""
     return [edge_index, edge_index.t().contiguous().t()]

@@ -20,64 +20,85 @@ __device__ __forceinline__ float looped_degree_factor(const index_t* rowptr, ind
   return inv_sqrt_or_zero(static_cast<float>(rowptr[v + 1] - rowptr[v] + 1));
 }
 
-// Thread r < num_nodes: the loop of row r goes first in its row (at
-// rowptr[r] + r), marked NEW_LOOP until an input loop claims it; thread
-// r <= num_nodes writes out_rowptr[r] = rowptr[r] + r.
-template <typename Traits>
-__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
-    self_loop_rows_kernel(const __grid_constant__ pygio_self_loops_params p) {
-  using index_t = typename Traits::index_t;
+// Row r <= num_nodes: out_rowptr[r] = rowptr[r] + r; row r < num_nodes also
+// gets its loop first in its row (at rowptr[r] + r), marked NEW_LOOP until
+// an input loop claims it (move_entry).
+template <typename index_t>
+__device__ __forceinline__ void write_loop_row(const pygio_self_loops_params& p, int64_t r) {
   const auto* rowptr = static_cast<const index_t*>(p.rowptr);
-  auto* out_rowptr = static_cast<index_t*>(p.out_rowptr);
   auto* out_col = static_cast<index_t*>(p.out_col);
   auto* out_row = static_cast<index_t*>(p.out_row);
-  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       r <= p.num_nodes; r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t start = static_cast<int64_t>(rowptr[r]) + r;
-    out_rowptr[r] = static_cast<index_t>(start);
-    if (r < p.num_nodes) {
-      out_col[start] = static_cast<index_t>(r);
-      out_row[start] = static_cast<index_t>(r);
-      p.out_origin[start] = kNewLoop;
-      if (p.out_gcn_values != nullptr) {  // as gcn_values_kernel: deg^-1/2 * 1 * deg^-1/2
-        const float factor = looped_degree_factor(rowptr, static_cast<index_t>(r));
-        p.out_gcn_values[start] = factor * 1.0f * factor;
-      }
-    }
+  const int64_t start = static_cast<int64_t>(rowptr[r]) + r;
+  static_cast<index_t*>(p.out_rowptr)[r] = static_cast<index_t>(start);
+  if (r == p.num_nodes) return;
+  out_col[start] = static_cast<index_t>(r);
+  out_row[start] = static_cast<index_t>(r);
+  p.out_origin[start] = kNewLoop;
+  if (p.out_gcn_values != nullptr) {  // as gcn_values_kernel: deg^-1/2 * 1 * deg^-1/2
+    const float factor = looped_degree_factor(rowptr, static_cast<index_t>(r));
+    p.out_gcn_values[start] = factor * 1.0f * factor;
   }
 }
 
-// Thread e < nnz: entry e of row r moves to e + r + 1 (behind the loops of
-// rows 0..r). An input self loop stays as a DROPPED_LOOP entry and hands its
-// input edge id to the row's loop (the largest id wins, as PyG's last write).
+// Entry e < nnz of row r moves to e + r + 1 (behind the loops of rows
+// 0..r). An input self loop stays as a DROPPED_LOOP entry and, with
+// claim_loop, hands its input edge id to the row's loop (the largest id
+// wins, as PyG's last write), which write_loop_row must have written before.
+template <typename index_t>
+__device__ __forceinline__ void move_entry(const pygio_self_loops_params& p, int64_t e,
+                                           bool claim_loop) {
+  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
+  const auto* edge_perm = static_cast<const index_t*>(p.edge_perm);
+  const index_t r = static_cast<const index_t*>(p.row)[e];
+  const index_t c = static_cast<const index_t*>(p.col)[e];
+  const int64_t pos = e + r + 1;
+  const int64_t input_id = edge_perm != nullptr ? static_cast<int64_t>(edge_perm[e]) : e;
+  static_cast<index_t*>(p.out_col)[pos] = c;
+  static_cast<index_t*>(p.out_row)[pos] = r;
+  if (p.out_gcn_values != nullptr)  // as gcn_values_kernel: deg^-1/2(c) * 1 * deg^-1/2(r)
+    p.out_gcn_values[pos] = looped_degree_factor(rowptr, c) * 1.0f *
+                            looped_degree_factor(rowptr, r);
+  if (c != r) {
+    p.out_origin[pos] = input_id;
+    return;
+  }
+  p.out_origin[pos] = kDroppedLoop;
+  if (claim_loop)
+    atomicMax(reinterpret_cast<long long*>(&p.out_origin[static_cast<int64_t>(rowptr[r]) + r]),
+              static_cast<long long>(input_id));
+}
+
+// Thread r <= num_nodes: write_loop_row.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    self_loop_rows_kernel(const __grid_constant__ pygio_self_loops_params p) {
+  for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       r <= p.num_nodes; r += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    write_loop_row<typename Traits::index_t>(p, r);
+}
+
+// Thread e < nnz: move_entry, after self_loop_rows_kernel.
 template <typename Traits>
 __global__ void __launch_bounds__(Traits::kThreadsPerBlock)
     self_loop_entries_kernel(const __grid_constant__ pygio_self_loops_params p) {
-  using index_t = typename Traits::index_t;
-  const auto* rowptr = static_cast<const index_t*>(p.rowptr);
-  const auto* col = static_cast<const index_t*>(p.col);
-  const auto* row = static_cast<const index_t*>(p.row);
-  const auto* edge_perm = static_cast<const index_t*>(p.edge_perm);
-  auto* out_col = static_cast<index_t*>(p.out_col);
-  auto* out_row = static_cast<index_t*>(p.out_row);
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < p.nnz;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const index_t r = row[e], c = col[e];
-    const int64_t pos = e + r + 1;
-    const int64_t input_id = edge_perm != nullptr ? static_cast<int64_t>(edge_perm[e]) : e;
-    out_col[pos] = c;
-    out_row[pos] = r;
-    if (p.out_gcn_values != nullptr)  // as gcn_values_kernel: deg^-1/2(c) * 1 * deg^-1/2(r)
-      p.out_gcn_values[pos] = looped_degree_factor(rowptr, c) * 1.0f *
-                              looped_degree_factor(rowptr, r);
-    if (c == r) {
-      p.out_origin[pos] = kDroppedLoop;
-      long long* loop_origin =
-          reinterpret_cast<long long*>(&p.out_origin[static_cast<int64_t>(rowptr[r]) + r]);
-      atomicMax(loop_origin, static_cast<long long>(input_id));
-    } else {
-      p.out_origin[pos] = input_id;
-    }
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    move_entry<typename Traits::index_t>(p, e, /*claim_loop=*/true);
+}
+
+// Both in one launch, for an input without self loops (out_gcn_values'
+// contract): no loop is claimed, so rows and entries need no order. Items
+// 0..num_nodes are rows, the nnz after them entries.
+template <typename Traits>
+__global__ void __launch_bounds__(Traits::kThreadsPerBlock)
+    self_loops_without_input_loops_kernel(const __grid_constant__ pygio_self_loops_params p) {
+  const int64_t rows = p.num_nodes + 1;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < rows + p.nnz; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (i < rows)
+      write_loop_row<typename Traits::index_t>(p, i);
+    else
+      move_entry<typename Traits::index_t>(p, i - rows, /*claim_loop=*/false);
   }
 }
 

@@ -11,6 +11,14 @@ template <typename Traits>
 int launch_self_loops(const pygio_self_loops_params& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   unsigned grid = 0;
+  if (p.out_gcn_values != nullptr) {  // no input self loop (the contract): one launch
+    PYGIO_TRY(resident_grid(p.num_nodes + 1 + p.nnz, Traits::kThreadsPerBlock,
+                            Traits::kThreadsPerBlock, p.device, &grid));
+    self_loops_without_input_loops_kernel<Traits>
+        <<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);
+    PYGIO_CHECK_CUDA(cudaGetLastError());
+    return PYGIO_OK;
+  }
   PYGIO_TRY(resident_grid(p.num_nodes + 1, Traits::kThreadsPerBlock, Traits::kThreadsPerBlock,
                           p.device, &grid));
   self_loop_rows_kernel<Traits><<<grid, Traits::kThreadsPerBlock, 0, stream>>>(p);

@@ -551,8 +551,11 @@ PYGIO_API int pygio_csr_pyg_self_loops(const pygio_pyg_self_loops_params* params
  * graph with every entry weighing 1 (float32, nnz + num_nodes): entry (r, c)
  * deg(c)^-1/2 deg(r)^-1/2 with deg(v) = rowptr[v+1] - rowptr[v] + 1 (v's
  * entries plus its loop), what pygio_gcn_norm gives the output without
- * weights. Valid only where the input holds no self loop (a dropped loop
- * would weigh 0); the caller knows that, the kernels do not check it.
+ * weights. Only where the input holds no self loop (a dropped loop would
+ * weigh 0); the caller knows that, the kernels do not check it. With
+ * out_gcn_values the whole output is written in one launch, and an input
+ * loop, were there one against that rule, would leave its row's loop
+ * out_origin -1.
  */
 typedef struct {
   int32_t struct_size;     /* sizeof(pygio_self_loops_params) */
