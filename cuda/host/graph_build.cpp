@@ -59,6 +59,7 @@ std::vector<int64_t> EdgeStatsRead::read() const {
   {
     py::gil_scoped_release no_gil;  // other Python threads run while this one waits
     slot_->written.synchronize();
+    slot_->waited = true;
     // Every block's row: the first values reduce by min, the last (self loops) by sum.
     const int64_t* rows = slot_->rows.data_ptr<int64_t>();
     std::copy(rows, rows + PYGIO_EDGE_STATS, stats.begin());

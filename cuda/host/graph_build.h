@@ -24,6 +24,9 @@ struct StatsSlot {
   torch::Tensor rows;  // [PYGIO_EDGE_STATS_BLOCKS, PYGIO_EDGE_STATS] int64, pinned
   c10::Event written{c10::DeviceType::CUDA};
   bool taken = false;
+  // Its read waited for `written`: taken again without querying the event
+  // (a query costs microseconds of a new graph's host time).
+  bool waited = false;
 };
 
 // A slot of `device` that no read holds and no kernel still writes (a new

@@ -37,8 +37,9 @@ StatsSlot* take_stats_slot(c10::DeviceIndex device) {
   std::deque<StatsSlot>& slots = p.slots[device];
   for (StatsSlot& slot : slots) {
     // A read dropped unread gave its slot back while its kernel may run.
-    if (!slot.taken && slot.written.query()) {
+    if (!slot.taken && (slot.waited || slot.written.query())) {
       slot.taken = true;
+      slot.waited = false;
       return &slot;
     }
   }
