@@ -294,6 +294,15 @@ RUN_TITLES = {
     "results_h200_untimed_memo_runC":
         "mini-batch steps of GCNConv with the tuner's answers remembered per class, run C of "
         "three on one host, 100 steps a variant, H200 (issue 5)",
+    "results_h200_fused_loops_runA":
+        "mini-batch steps of GCNConv with the self-loop graph built in one launch, run A of "
+        "three on one host, 100 steps a variant, H200 (issue 5)",
+    "results_h200_fused_loops_runB":
+        "mini-batch steps of GCNConv with the self-loop graph built in one launch, run B of "
+        "three on one host, 100 steps a variant, H200 (issue 5)",
+    "results_h200_fused_loops_runC":
+        "mini-batch steps of GCNConv with the self-loop graph built in one launch, run C of "
+        "three on one host, 100 steps a variant, H200 (issue 5)",
 }
 
 
