@@ -117,7 +117,11 @@ def device_label(device: torch.device) -> str:
 
 def _buckets(width: int, nnz: int, rows: int) -> Tuple[int, int, int]:
     """(width bucket, degree bucket, size bucket) in integer arithmetic:
-    floor(log2(nnz / rows)) = floor(log2(nnz // rows)) for ratios >= 1."""
+    floor(log2(nnz / rows)) = floor(log2(nnz // rows)) for ratios >= 1.
+    Each bucket is a function of the width, nnz.bit_length() and
+    (nnz // rows).bit_length(): :func:`_class_sizes` keys the remembered
+    answers by those (a finer key, cheaper than the buckets on a new
+    graph's step), so keep it that way."""
     average_degree = nnz // max(rows, 1)
     degree_bucket = average_degree.bit_length() - 1 if average_degree >= 2 else 0
     return 1 << max(0, width - 1).bit_length(), degree_bucket, max(0, nnz.bit_length() - 1)
